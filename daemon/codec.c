@@ -1,0 +1,127 @@
+/*
+ * protobuf-c <-> struct request (see codec.h).
+ *
+ * Uses the mirror messages of proto/leased/codec/v1/wire.proto, whose
+ * `bytes` fields keep each string's length, so that an embedded NUL is
+ * seen and refused rather than silently cutting the string short.
+ */
+#include "codec.h"
+
+#include <assert.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "engine.h"
+#include "leased/codec/v1/wire.pb-c.h"
+#include "mecatl/driver/v1/session_lease.pb-c.h"
+#include "validate.h"
+
+__attribute__((format(printf, 2, 3))) static int
+invalid(struct request *req, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    req->status = REPLY_INVALID;
+    vsnprintf(req->reason, sizeof(req->reason), fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int take_string(struct request *req, const char *field,
+                       const ProtobufCBinaryData *in, size_t max,
+                       const char **out, size_t *out_len)
+{
+    const char *why = validate_string(in->data, in->len, max);
+    if (why != NULL)
+        return invalid(req, "%s: %s", field, why);
+    *out = (const char *)in->data;
+    *out_len = in->len;
+    return 0;
+}
+
+int codec_decode(enum request_op op, const uint8_t *buf, size_t len,
+                 struct request *req, void **msg)
+{
+    *msg = NULL;
+    req->op = op;
+    if (op == OP_ACQUIRE) {
+        Leased__Codec__V1__WireAcquireRequest *m =
+            leased__codec__v1__wire_acquire_request__unpack(NULL, len, buf);
+        if (m == NULL)
+            return invalid(req, "malformed AcquireRequest");
+        *msg = m;
+        if (take_string(req, "session_id", &m->session_id,
+                        ENGINE_SESSION_MAX, &req->session,
+                        &req->session_len) != 0 ||
+            take_string(req, "owner", &m->owner, ENGINE_OWNER_MAX,
+                        &req->owner, &req->owner_len) != 0)
+            goto fail;
+        return 0;
+    }
+
+    const char *name = op == OP_RENEW ? "RenewRequest" : "ReleaseRequest";
+    Leased__Codec__V1__WireLeaseRequest *m =
+        leased__codec__v1__wire_lease_request__unpack(NULL, len, buf);
+    if (m == NULL)
+        return invalid(req, "malformed %s", name);
+    *msg = m;
+    if (m->lease == NULL) {
+        invalid(req, "%s has no lease", name);
+        goto fail;
+    }
+    if (take_string(req, "lease.session_id", &m->lease->session_id,
+                    ENGINE_SESSION_MAX, &req->session,
+                    &req->session_len) != 0 ||
+        take_string(req, "lease.owner", &m->lease->owner, ENGINE_OWNER_MAX,
+                    &req->owner, &req->owner_len) != 0)
+        goto fail;
+    req->token = m->lease->token;
+    return 0;
+fail:
+    codec_free(*msg);
+    *msg = NULL;
+    return -1;
+}
+
+void codec_free(void *msg)
+{
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+}
+
+size_t codec_encode_reply(const struct request *req, uint8_t *buf,
+                          size_t cap)
+{
+    if (req->op == OP_RELEASE)
+        return 0; /* ReleaseResponse has no fields */
+    Google__Protobuf__Timestamp expiry = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
+    expiry.seconds = req->grant_expiry_ns / 1000000000;
+    expiry.nanos = (int32_t)(req->grant_expiry_ns % 1000000000);
+    Leased__Codec__V1__WireLease lease = LEASED__CODEC__V1__WIRE_LEASE__INIT;
+    lease.session_id.data = (uint8_t *)req->session;
+    lease.session_id.len = req->session_len;
+    lease.owner.data = (uint8_t *)req->owner;
+    lease.owner.len = req->owner_len;
+    lease.token = req->grant_token;
+    lease.expiry = &expiry;
+    Leased__Codec__V1__WireLeaseResponse resp =
+        LEASED__CODEC__V1__WIRE_LEASE_RESPONSE__INIT;
+    resp.lease = &lease;
+    size_t n = leased__codec__v1__wire_lease_response__get_packed_size(&resp);
+    assert(n <= cap);
+    (void)cap;
+    return leased__codec__v1__wire_lease_response__pack(&resp, buf);
+}
+
+void codec_method_path(enum request_op op, char *buf, size_t cap)
+{
+    static const char *const names[] = {
+        [OP_ACQUIRE] = "Acquire", [OP_RENEW] = "Renew",
+        [OP_RELEASE] = "Release"};
+    const ProtobufCServiceDescriptor *d =
+        &mecatl__driver__v1__session_lease_service__descriptor;
+    const ProtobufCMethodDescriptor *m =
+        protobuf_c_service_descriptor_get_method_by_name(d, names[op]);
+    assert(m != NULL);
+    snprintf(buf, cap, "/%s/%s", d->name, m->name);
+}

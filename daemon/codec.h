@@ -1,0 +1,37 @@
+/*
+ * The codec: protobuf bytes <-> struct request. The only file of the
+ * daemon that includes generated *.pb-c.h. Pure functions, safe on any
+ * thread.
+ */
+#ifndef LEASED_CODEC_H
+#define LEASED_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "request.h"
+
+/* Decodes and validates the body of an op call into *req (op, strings,
+ * token). On success *msg holds the decoded message that req's strings
+ * point into: free it with codec_free() after the reply. On failure
+ * returns -1 with req->status = REPLY_INVALID and req->reason set, and
+ * *msg is NULL. buf is borrowed. */
+int codec_decode(enum request_op op, const uint8_t *buf, size_t len,
+                 struct request *req, void **msg);
+
+/* Frees a message from codec_decode. Accepts NULL. */
+void codec_free(void *msg);
+
+/* Encodes the OK reply body of req into buf (cap bytes; CODEC_REPLY_MAX is
+ * always enough). Returns its length. */
+size_t codec_encode_reply(const struct request *req, uint8_t *buf,
+                          size_t cap);
+
+#define CODEC_REPLY_MAX 1024
+
+/* Writes the full gRPC method path of op ("/mecatl.driver.v1.
+ * SessionLeaseService/Acquire") into buf, from the generated service
+ * descriptor. */
+void codec_method_path(enum request_op op, char *buf, size_t cap);
+
+#endif

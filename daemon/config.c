@@ -1,0 +1,280 @@
+/* Flags and LEASED_… environment variables (see config.h). */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "version.h"
+
+#define NS_PER_MS INT64_C(1000000)
+#define TTL_MIN_NS (100 * NS_PER_MS)
+#define TTL_MAX_NS (3600 * 1000 * NS_PER_MS)
+
+static const char usage[] =
+    "Usage: leased [FLAGS]\n"
+    "\n"
+    "A lease service: serves mecatl.driver.v1.SessionLeaseService\n"
+    "(Acquire, Renew, Release) over gRPC, with fencing tokens kept in\n"
+    "SQLite. Every flag can also be set as the environment variable shown.\n"
+    "\n"
+    "  --listen ADDR        listen on ADDR: HOST:PORT (loopback only for\n"
+    "                       now) or unix:/PATH; repeatable; port 0 picks a\n"
+    "                       free port [LEASED_LISTEN, comma-separated;\n"
+    "                       default 127.0.0.1:7443]\n"
+    "  --data-dir DIR       where the database and lock file live; created\n"
+    "                       if missing [LEASED_DATA_DIR; default ./leased-data]\n"
+    "  --ttl DURATION       lease lifetime, 100ms..1h, e.g. 500ms, 30s, 1m\n"
+    "                       [LEASED_TTL; default 30s]\n"
+    "  --log-level LEVEL    debug, info, warn or error\n"
+    "                       [LEASED_LOG_LEVEL; default info]\n"
+    "  --max-pending N      requests queued or in progress at once; more get\n"
+    "                       RESOURCE_EXHAUSTED [LEASED_MAX_PENDING;\n"
+    "                       default 65536]\n"
+    "  --help               print this and exit\n"
+    "  --version            print the version and exit\n";
+
+static int fail(char *errmsg, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errmsg, len, fmt, ap);
+    va_end(ap);
+    return CONFIG_ERROR;
+}
+
+int config_parse_duration(const char *text, int64_t *ns)
+{
+    static const struct {
+        const char *unit;
+        int64_t ns;
+    } units[] = {{"ms", NS_PER_MS},
+                 {"s", 1000 * NS_PER_MS},
+                 {"m", 60 * 1000 * NS_PER_MS},
+                 {"h", 3600 * 1000 * NS_PER_MS}};
+    const char *p = text;
+    int64_t total = 0;
+    if (*p == '\0')
+        return -1;
+    while (*p != '\0') {
+        if (*p < '0' || *p > '9')
+            return -1;
+        errno = 0;
+        char *end;
+        unsigned long long n = strtoull(p, &end, 10);
+        if (errno != 0 || n > 100000000)
+            return -1;
+        size_t i;
+        for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+            size_t ul = strlen(units[i].unit);
+            /* "m" must not match the start of "ms". */
+            if (strncmp(end, units[i].unit, ul) == 0 &&
+                !(ul == 1 && end[0] == 'm' && end[1] == 's'))
+                break;
+        }
+        if (i == sizeof(units) / sizeof(units[0]))
+            return -1;
+        total += (int64_t)n * units[i].ns;
+        if (total > 1000 * TTL_MAX_NS)
+            return -1;
+        p = end + strlen(units[i].unit);
+    }
+    *ns = total;
+    return 0;
+}
+
+static bool is_loopback(const char *host)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (strcmp(host, "localhost") == 0)
+        return true;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6);
+    return false;
+}
+
+int config_check_listen(const char *addr, char *errmsg, size_t errmsg_len)
+{
+    if (strncmp(addr, "unix:", 5) == 0) {
+        if (addr[5] == '\0')
+            return fail(errmsg, errmsg_len, "--listen %s: no socket path",
+                        addr);
+        return 0;
+    }
+    const char *colon = strrchr(addr, ':');
+    if (colon == NULL || colon == addr || colon[1] == '\0')
+        return fail(errmsg, errmsg_len,
+                    "--listen %s: want HOST:PORT or unix:/PATH", addr);
+    char host[256];
+    size_t hlen = (size_t)(colon - addr);
+    const char *h = addr;
+    if (addr[0] == '[') { /* [::1]:7443 */
+        if (colon[-1] != ']')
+            return fail(errmsg, errmsg_len, "--listen %s: bad IPv6 address",
+                        addr);
+        h++;
+        hlen -= 2;
+    }
+    if (hlen == 0 || hlen >= sizeof(host))
+        return fail(errmsg, errmsg_len, "--listen %s: bad host", addr);
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    char *end;
+    errno = 0;
+    unsigned long port = strtoul(colon + 1, &end, 10);
+    if (*end != '\0' || errno != 0 || port > 65535 || colon[1] < '0' ||
+        colon[1] > '9')
+        return fail(errmsg, errmsg_len, "--listen %s: bad port", addr);
+    if (!is_loopback(host))
+        return fail(errmsg, errmsg_len,
+                    "--listen %s: not a loopback address; leased serves "
+                    "plaintext only on loopback or a unix socket",
+                    addr);
+    return 0;
+}
+
+static int set_option(struct config *cfg, int opt, const char *val,
+                      const char *name, char *errmsg, size_t len)
+{
+    switch (opt) {
+    case 'l':
+        if (cfg->nlisten == CONFIG_MAX_LISTEN)
+            return fail(errmsg, len, "%s: at most %d addresses", name,
+                        CONFIG_MAX_LISTEN);
+        if (config_check_listen(val, errmsg, len) != 0)
+            return CONFIG_ERROR;
+        cfg->listen[cfg->nlisten++] = val;
+        return CONFIG_OK;
+    case 'd':
+        if (*val == '\0')
+            return fail(errmsg, len, "%s: empty directory", name);
+        cfg->data_dir = val;
+        return CONFIG_OK;
+    case 't':
+        if (config_parse_duration(val, &cfg->ttl_ns) != 0 ||
+            cfg->ttl_ns < TTL_MIN_NS || cfg->ttl_ns > TTL_MAX_NS)
+            return fail(errmsg, len,
+                        "%s %s: want a duration from 100ms to 1h "
+                        "(e.g. 500ms, 30s, 1m)",
+                        name, val);
+        return CONFIG_OK;
+    case 'v':
+        if (log_parse_level(val, &cfg->log_level) != 0)
+            return fail(errmsg, len,
+                        "%s %s: want debug, info, warn or error", name, val);
+        return CONFIG_OK;
+    case 'p': {
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(val, &end, 10);
+        if (*end != '\0' || errno != 0 || n < 1 || n > 10000000 ||
+            val[0] < '0' || val[0] > '9')
+            return fail(errmsg, len, "%s %s: want 1..10000000", name, val);
+        cfg->max_pending = (size_t)n;
+        return CONFIG_OK;
+    }
+    }
+    return fail(errmsg, len, "unknown option");
+}
+
+static const struct option long_options[] = {
+    {"listen", required_argument, NULL, 'l'},
+    {"data-dir", required_argument, NULL, 'd'},
+    {"ttl", required_argument, NULL, 't'},
+    {"log-level", required_argument, NULL, 'v'},
+    {"max-pending", required_argument, NULL, 'p'},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {NULL, 0, NULL, 0},
+};
+
+static const struct {
+    const char *env;
+    int opt;
+} env_options[] = {
+    {"LEASED_DATA_DIR", 'd'},
+    {"LEASED_TTL", 't'},
+    {"LEASED_LOG_LEVEL", 'v'},
+    {"LEASED_MAX_PENDING", 'p'},
+};
+
+static int parse_env(struct config *cfg, char *errmsg, size_t len)
+{
+    for (size_t i = 0; i < sizeof(env_options) / sizeof(env_options[0]); i++) {
+        const char *val = getenv(env_options[i].env);
+        if (val != NULL && set_option(cfg, env_options[i].opt, val,
+                                      env_options[i].env, errmsg,
+                                      len) != CONFIG_OK)
+            return CONFIG_ERROR;
+    }
+    const char *listen = getenv("LEASED_LISTEN");
+    if (listen == NULL)
+        return CONFIG_OK;
+    if (strlen(listen) >= sizeof(cfg->listen_env))
+        return fail(errmsg, len, "LEASED_LISTEN: too long");
+    strcpy(cfg->listen_env, listen);
+    char *save = NULL;
+    for (char *a = strtok_r(cfg->listen_env, ",", &save); a != NULL;
+         a = strtok_r(NULL, ",", &save)) {
+        if (set_option(cfg, 'l', a, "LEASED_LISTEN", errmsg, len) !=
+            CONFIG_OK)
+            return CONFIG_ERROR;
+    }
+    return CONFIG_OK;
+}
+
+int config_parse(struct config *cfg, int argc, char **argv, char *errmsg,
+                 size_t len)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->data_dir = "./leased-data";
+    cfg->ttl_ns = 30 * 1000 * NS_PER_MS;
+    cfg->log_level = LOG_INFO;
+    cfg->max_pending = 65536;
+    if (parse_env(cfg, errmsg, len) != CONFIG_OK)
+        return CONFIG_ERROR;
+
+    size_t env_listen = cfg->nlisten;
+    bool listen_flag = false;
+    optind = 1;
+    opterr = 0;
+    int opt;
+    while ((opt = getopt_long(argc, argv, ":", long_options, NULL)) != -1) {
+        const char *name = optind > 1 ? argv[optind - 1] : "?";
+        switch (opt) {
+        case 'h':
+            fputs(usage, stdout);
+            return CONFIG_EXIT;
+        case 'V':
+            printf("leased %s\n", LEASED_VERSION);
+            return CONFIG_EXIT;
+        case ':':
+            return fail(errmsg, len, "%s needs a value (see --help)", name);
+        case '?':
+            return fail(errmsg, len, "unknown flag %s (see --help)", name);
+        case 'l':
+            if (!listen_flag) { /* flags replace LEASED_LISTEN */
+                listen_flag = true;
+                cfg->nlisten -= env_listen;
+            }
+            /* fall through */
+        default:
+            if (set_option(cfg, opt, optarg, name, errmsg, len) != CONFIG_OK)
+                return CONFIG_ERROR;
+        }
+    }
+    if (optind < argc)
+        return fail(errmsg, len, "unexpected argument %s (see --help)",
+                    argv[optind]);
+    if (cfg->nlisten == 0)
+        cfg->listen[cfg->nlisten++] = "127.0.0.1:7443";
+    return CONFIG_OK;
+}

@@ -1,0 +1,15 @@
+/*
+ * The data directory: created if missing, and locked (flock on
+ * DIR/leased.lock) so that a second leased on it refuses to start.
+ */
+#ifndef LEASED_DATADIR_H
+#define LEASED_DATADIR_H
+
+#include <stddef.h>
+
+/* Creates dir (mode 0700, parents too) if missing and takes its lock.
+ * Returns the lock's file descriptor (keep it open while running), or -1
+ * with errmsg set. */
+int datadir_lock(const char *dir, char *errmsg, size_t errmsg_len);
+
+#endif

@@ -1,0 +1,445 @@
+/*
+ * The lease engine (see engine.h for the contract and invariants).
+ *
+ * Entries live in a chained hash table keyed by session id. An entry is
+ * in one of three states:
+ *
+ *   held      owner_len > 0 and (expiry_ns > now, or quarantined)
+ *   expired   owner_len > 0, expiry_ns <= now, not quarantined
+ *   released  owner_len == 0
+ *
+ * Transitions and who makes them:
+ *   (none)   -> held      Acquire, token = floor + 1
+ *   held     -> held      Acquire by the same owner, Renew (token kept)
+ *   expired  -> held      Acquire by anyone (token + 1), Renew by the
+ *                         owner with the token (reclaim, token kept)
+ *   released -> held      Acquire (token + 1)
+ *   held, expired -> released   Release with matching owner and token
+ *   released, long-expired -> (none)   engine_collect, floor >= token
+ */
+#include "engine.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct engine_entry {
+    struct engine_entry *next; /* hash chain */
+    uint64_t hash;
+    char *owner;               /* owned; NULL when released */
+    uint32_t owner_len;
+    uint32_t session_len;
+    uint64_t token;
+    int64_t expiry_ns;
+    bool held_at_start;        /* loaded held: quarantined until q_end */
+    char session[];
+};
+
+struct engine {
+    struct engine_entry **buckets;
+    size_t nbuckets; /* a power of two */
+    size_t count;
+    size_t gc_cursor; /* next bucket engine_collect looks at */
+    int64_t ttl_ns;
+    int64_t quarantine_end_ns;
+    uint64_t floor;
+};
+
+#define INITIAL_BUCKETS 1024
+
+static uint64_t hash_bytes(const char *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325u; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)p[i];
+        h *= 0x100000001b3u;
+    }
+    return h ^ (h >> 29);
+}
+
+struct engine *engine_create(int64_t ttl_ns, int64_t start_ns)
+{
+    assert(ttl_ns > 0);
+    struct engine *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return NULL;
+    e->buckets = calloc(INITIAL_BUCKETS, sizeof(*e->buckets));
+    if (e->buckets == NULL) {
+        free(e);
+        return NULL;
+    }
+    e->nbuckets = INITIAL_BUCKETS;
+    e->ttl_ns = ttl_ns;
+    e->quarantine_end_ns = start_ns + ttl_ns;
+    return e;
+}
+
+static void entry_free(struct engine_entry *en)
+{
+    if (en == NULL)
+        return;
+    free(en->owner);
+    free(en);
+}
+
+void engine_destroy(struct engine *e)
+{
+    if (e == NULL)
+        return;
+    for (size_t i = 0; i < e->nbuckets; i++) {
+        struct engine_entry *en = e->buckets[i];
+        while (en != NULL) {
+            struct engine_entry *next = en->next;
+            entry_free(en);
+            en = next;
+        }
+    }
+    free(e->buckets);
+    free(e);
+}
+
+static struct engine_entry *find(const struct engine *e, const char *session,
+                                 size_t len, uint64_t hash)
+{
+    struct engine_entry *en = e->buckets[hash & (e->nbuckets - 1)];
+    for (; en != NULL; en = en->next) {
+        if (en->hash == hash && en->session_len == len &&
+            memcmp(en->session, session, len) == 0)
+            return en;
+    }
+    return NULL;
+}
+
+/* Doubles the table when it is fuller than one entry per bucket. A failed
+ * allocation only leaves the chains longer. */
+static void maybe_grow(struct engine *e)
+{
+    if (e->count < e->nbuckets)
+        return;
+    size_t n = e->nbuckets * 2;
+    struct engine_entry **b = calloc(n, sizeof(*b));
+    if (b == NULL)
+        return;
+    for (size_t i = 0; i < e->nbuckets; i++) {
+        struct engine_entry *en = e->buckets[i];
+        while (en != NULL) {
+            struct engine_entry *next = en->next;
+            en->next = b[en->hash & (n - 1)];
+            b[en->hash & (n - 1)] = en;
+            en = next;
+        }
+    }
+    free(e->buckets);
+    e->buckets = b;
+    e->nbuckets = n;
+}
+
+static void insert(struct engine *e, struct engine_entry *en)
+{
+    maybe_grow(e);
+    struct engine_entry **head = &e->buckets[en->hash & (e->nbuckets - 1)];
+    en->next = *head;
+    *head = en;
+    e->count++;
+}
+
+static void unlink_entry(struct engine *e, struct engine_entry *en)
+{
+    struct engine_entry **p = &e->buckets[en->hash & (e->nbuckets - 1)];
+    while (*p != en) {
+        assert(*p != NULL);
+        p = &(*p)->next;
+    }
+    *p = en->next;
+    en->next = NULL;
+    e->count--;
+}
+
+static struct engine_entry *entry_new(const char *session, size_t len,
+                                      uint64_t hash)
+{
+    struct engine_entry *en = calloc(1, sizeof(*en) + len);
+    if (en == NULL)
+        return NULL;
+    en->hash = hash;
+    en->session_len = (uint32_t)len;
+    memcpy(en->session, session, len);
+    return en;
+}
+
+static char *dup_bytes(const char *p, size_t n)
+{
+    char *s = malloc(n + 1);
+    if (s == NULL)
+        return NULL;
+    memcpy(s, p, n);
+    s[n] = '\0';
+    return s;
+}
+
+static void row_of(const struct engine_entry *en, struct lease_row *row)
+{
+    row->session = en->session;
+    row->session_len = en->session_len;
+    row->owner = en->owner;
+    row->owner_len = en->owner_len;
+    row->token = en->token;
+    row->expiry_ns = en->expiry_ns;
+}
+
+static bool is_live(const struct engine *e, const struct engine_entry *en,
+                    int64_t now_ns)
+{
+    if (en->owner_len == 0)
+        return false;
+    return now_ns < en->expiry_ns ||
+           (en->held_at_start && now_ns < e->quarantine_end_ns);
+}
+
+static bool owner_is(const struct engine_entry *en, const char *owner,
+                     size_t len)
+{
+    return en->owner_len == len && en->owner_len > 0 &&
+           memcmp(en->owner, owner, len) == 0;
+}
+
+/* The expiry of a renewal: now + TTL, and strictly later than before. */
+static int64_t extend(const struct engine *e, const struct engine_entry *en,
+                      int64_t now_ns)
+{
+    int64_t expiry = now_ns + e->ttl_ns;
+    return expiry > en->expiry_ns ? expiry : en->expiry_ns + 1;
+}
+
+/* Starts a change of `en`: records the row as it is now. */
+static void change_begin(struct engine_change *chg, struct engine_entry *en,
+                         bool has_before)
+{
+    memset(chg, 0, sizeof(*chg));
+    chg->kind = ENGINE_PUT;
+    chg->entry = en;
+    chg->has_before = has_before;
+    if (has_before)
+        row_of(en, &chg->before);
+    chg->old_held_at_start = en->held_at_start;
+}
+
+int engine_load(struct engine *e, const struct lease_row *row)
+{
+    assert(row->session_len > 0 && row->session_len <= ENGINE_SESSION_MAX);
+    uint64_t hash = hash_bytes(row->session, row->session_len);
+    assert(find(e, row->session, row->session_len, hash) == NULL);
+    struct engine_entry *en = entry_new(row->session, row->session_len, hash);
+    if (en == NULL)
+        return ENGINE_ENOMEM;
+    if (row->owner_len > 0) {
+        en->owner = dup_bytes(row->owner, row->owner_len);
+        if (en->owner == NULL) {
+            free(en);
+            return ENGINE_ENOMEM;
+        }
+        en->owner_len = (uint32_t)row->owner_len;
+        en->held_at_start = true;
+    }
+    en->token = row->token;
+    en->expiry_ns = row->expiry_ns;
+    insert(e, en);
+    return ENGINE_OK;
+}
+
+void engine_raise_floor(struct engine *e, uint64_t floor)
+{
+    if (floor > e->floor)
+        e->floor = floor;
+}
+
+uint64_t engine_floor(const struct engine *e)
+{
+    return e->floor;
+}
+
+size_t engine_count(const struct engine *e)
+{
+    return e->count;
+}
+
+int engine_acquire(struct engine *e, int64_t now_ns,
+                   const char *session, size_t session_len,
+                   const char *owner, size_t owner_len,
+                   struct engine_grant *grant, struct engine_change *chg)
+{
+    assert(session_len > 0 && owner_len > 0);
+    uint64_t hash = hash_bytes(session, session_len);
+    struct engine_entry *en = find(e, session, session_len, hash);
+
+    if (en != NULL && is_live(e, en, now_ns)) {
+        if (!owner_is(en, owner, owner_len))
+            return ENGINE_HELD;
+        /* Same owner, live lease: refresh and keep the token. */
+        change_begin(chg, en, true);
+        en->expiry_ns = extend(e, en, now_ns);
+        row_of(en, &chg->after);
+        *grant = (struct engine_grant){en->token, en->expiry_ns};
+        return ENGINE_OK;
+    }
+
+    /* A takeover: free, released, expired, or never seen. */
+    char *copy = dup_bytes(owner, owner_len);
+    if (copy == NULL)
+        return ENGINE_ENOMEM;
+    bool created = en == NULL;
+    if (created) {
+        en = entry_new(session, session_len, hash);
+        if (en == NULL) {
+            free(copy);
+            return ENGINE_ENOMEM;
+        }
+        en->token = e->floor;
+    }
+    change_begin(chg, en, !created);
+    chg->durable = true;
+    chg->old_owner = en->owner; /* taken: the change owns it now */
+    en->owner = copy;
+    en->owner_len = (uint32_t)owner_len;
+    en->token++;
+    en->expiry_ns = now_ns + e->ttl_ns;
+    en->held_at_start = false;
+    if (created)
+        insert(e, en);
+    row_of(en, &chg->after);
+    *grant = (struct engine_grant){en->token, en->expiry_ns};
+    return ENGINE_OK;
+}
+
+int engine_renew(struct engine *e, int64_t now_ns,
+                 const char *session, size_t session_len,
+                 const char *owner, size_t owner_len, uint64_t token,
+                 struct engine_grant *grant, struct engine_change *chg)
+{
+    struct engine_entry *en =
+        find(e, session, session_len, hash_bytes(session, session_len));
+    if (en == NULL || !owner_is(en, owner, owner_len) || en->token != token)
+        return ENGINE_HELD;
+    /* Same owner and token: nobody took it over since, even if it expired
+     * (every takeover raises the token), so renewing is safe. */
+    change_begin(chg, en, true);
+    en->expiry_ns = extend(e, en, now_ns);
+    row_of(en, &chg->after);
+    *grant = (struct engine_grant){en->token, en->expiry_ns};
+    return ENGINE_OK;
+}
+
+int engine_release(struct engine *e,
+                   const char *session, size_t session_len,
+                   const char *owner, size_t owner_len, uint64_t token,
+                   struct engine_change *chg)
+{
+    struct engine_entry *en =
+        find(e, session, session_len, hash_bytes(session, session_len));
+    if (en == NULL || !owner_is(en, owner, owner_len) || en->token != token)
+        return ENGINE_NOOP;
+    change_begin(chg, en, true);
+    chg->durable = true;
+    chg->old_owner = en->owner;
+    en->owner = NULL;
+    en->owner_len = 0;
+    en->held_at_start = false;
+    row_of(en, &chg->after);
+    return ENGINE_OK;
+}
+
+static bool collectable(const struct engine *e, const struct engine_entry *en,
+                        int64_t now_ns)
+{
+    if (en->owner_len == 0)
+        return true;
+    /* Only called after the quarantine ended, so held_at_start no longer
+     * matters. */
+    return en->expiry_ns < now_ns - e->ttl_ns;
+}
+
+size_t engine_collect(struct engine *e, int64_t now_ns,
+                      struct engine_change *chgs, size_t max)
+{
+    if (now_ns < e->quarantine_end_ns || max == 0)
+        return 0;
+    size_t n = 0;
+    /* Look at a bounded number of buckets per call, so that one call
+     * never stalls the loop however many entries there are. */
+    for (size_t seen = 0; seen < e->nbuckets && seen < 4 * max && n < max;
+         seen++) {
+        size_t b = e->gc_cursor++ & (e->nbuckets - 1);
+        struct engine_entry *en = e->buckets[b];
+        while (en != NULL && n < max) {
+            struct engine_entry *next = en->next;
+            if (collectable(e, en, now_ns)) {
+                struct engine_change *chg = &chgs[n++];
+                change_begin(chg, en, true);
+                chg->kind = ENGINE_DELETE;
+                unlink_entry(e, en);
+                engine_raise_floor(e, en->token);
+            }
+            en = next;
+        }
+    }
+    return n;
+}
+
+void engine_finish(struct engine *e, struct engine_change *chg,
+                   bool committed)
+{
+    struct engine_entry *en = chg->entry;
+    if (committed) {
+        if (chg->kind == ENGINE_DELETE)
+            entry_free(en);
+        else
+            free(chg->old_owner);
+    } else if (chg->kind == ENGINE_DELETE) {
+        insert(e, en); /* the raised floor stays: only ever safe */
+    } else if (!chg->has_before) {
+        unlink_entry(e, en);
+        entry_free(en);
+    } else {
+        if (en->owner != chg->before.owner) { /* the owner was replaced */
+            free(en->owner);
+            en->owner = chg->old_owner;
+        }
+        en->owner_len = (uint32_t)chg->before.owner_len;
+        en->token = chg->before.token;
+        en->expiry_ns = chg->before.expiry_ns;
+        en->held_at_start = chg->old_held_at_start;
+    }
+    memset(chg, 0, sizeof(*chg));
+}
+
+bool engine_get(const struct engine *e, const char *session,
+                size_t session_len, struct lease_row *row)
+{
+    struct engine_entry *en =
+        find(e, session, session_len, hash_bytes(session, session_len));
+    if (en == NULL)
+        return false;
+    row_of(en, row);
+    return true;
+}
+
+void engine_check(const struct engine *e)
+{
+    size_t count = 0;
+    for (size_t i = 0; i < e->nbuckets; i++) {
+        for (const struct engine_entry *en = e->buckets[i]; en != NULL;
+             en = en->next) {
+            count++;
+            if ((en->hash & (e->nbuckets - 1)) != i ||
+                en->hash != hash_bytes(en->session, en->session_len) ||
+                en->session_len == 0 ||
+                en->session_len > ENGINE_SESSION_MAX ||
+                en->owner_len > ENGINE_OWNER_MAX ||
+                (en->owner_len > 0) != (en->owner != NULL) ||
+                (en->owner_len > 0 && en->token == 0))
+                abort();
+        }
+    }
+    if (count != e->count)
+        abort();
+}

@@ -1,0 +1,156 @@
+/*
+ * The lease engine: leased's lease semantics as a pure state machine.
+ *
+ * It keeps every known lease in memory, decides Acquire, Renew and Release
+ * at the time the caller passes in, and returns each change it makes as
+ * data (struct engine_change) for a storage engine to persist. It does no
+ * I/O, reads no clock, takes no lock and logs nothing: one thread owns an
+ * engine (the daemon's libuv loop, or a liblease in-memory backend under
+ * its mutex).
+ *
+ * Invariants (numbers match design.md, "Promises"):
+ *  (1) a live lease has at most one owner: Acquire by another owner fails
+ *      while the lease is live or quarantined;
+ *  (2) a takeover sets token = previous token + 1 (floor + 1 for a session
+ *      with no entry); renewals and same-owner re-acquires keep it;
+ *  (3) tokens never go down: the floor is the highest token of every entry
+ *      ever collected, and only rises;
+ *  (5) Release changes an entry only when owner and token match.
+ *
+ * Changes are tentative until engine_finish(): committed, or undone (in
+ * the reverse order of their making) when storage failed. Between making
+ * a change and finishing it the caller must make no change that collects
+ * (engine_collect) an entry an earlier unfinished change points to; the
+ * daemon collects only at the start of a batch.
+ *
+ * Time is nanoseconds since the Unix epoch on the engine's own clock
+ * (wall time at start plus monotonic time elapsed; see daemon/clock.h).
+ */
+#ifndef LEASED_ENGINE_H
+#define LEASED_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ENGINE_SESSION_MAX 512 /* bytes, design.md "Bad input" */
+#define ENGINE_OWNER_MAX 256
+
+/* A lease as stored. Strings are borrowed and not NUL-terminated; an
+ * owner_len of 0 means released. */
+struct lease_row {
+    const char *session;
+    size_t session_len;
+    const char *owner;
+    size_t owner_len;
+    uint64_t token;
+    int64_t expiry_ns;
+};
+
+enum engine_change_kind {
+    ENGINE_PUT,    /* insert or update the row `after` */
+    ENGINE_DELETE, /* delete the row `before` (garbage collection) */
+};
+
+/* One change to persist. A storage engine applies it only if the stored
+ * row is still `before` (or absent when !has_before). Strings stay valid
+ * until engine_finish() of this change. */
+struct engine_change {
+    enum engine_change_kind kind;
+    bool durable;    /* ownership changed: fsync before answering */
+    bool has_before; /* false: the row must not exist yet */
+    struct lease_row before;
+    struct lease_row after; /* ENGINE_PUT only */
+
+    /* Private to the engine. */
+    struct engine_entry *entry;
+    char *old_owner;
+    bool old_held_at_start;
+};
+
+/* What a successful Acquire or Renew grants. */
+struct engine_grant {
+    uint64_t token;
+    int64_t expiry_ns;
+};
+
+enum engine_result {
+    ENGINE_ENOMEM = -1,
+    ENGINE_OK = 0,
+    ENGINE_HELD = 1,   /* Acquire: held by another live owner; Renew: lost */
+    ENGINE_NOOP = 2,   /* Release: nothing to free (not an error) */
+};
+
+struct engine;
+
+/* Creates an empty engine. ttl_ns: the lease lifetime (> 0). start_ns:
+ * the engine's clock at start; leases loaded with engine_load() cannot be
+ * taken by another owner before start_ns + ttl_ns (restart quarantine).
+ * Returns NULL when out of memory. */
+struct engine *engine_create(int64_t ttl_ns, int64_t start_ns);
+
+/* Frees the engine and every entry. All changes must be finished.
+ * Accepts NULL. */
+void engine_destroy(struct engine *e);
+
+/* Adds a stored row at start-up, before any other call. A row with an
+ * owner is quarantined (see engine_create). Strings are copied.
+ * Returns ENGINE_OK or ENGINE_ENOMEM. */
+int engine_load(struct engine *e, const struct lease_row *row);
+
+/* The token floor: every session without an entry gets floor + 1 on its
+ * first takeover. engine_raise_floor never lowers it. */
+void engine_raise_floor(struct engine *e, uint64_t floor);
+uint64_t engine_floor(const struct engine *e);
+
+/* Number of entries (held, expired or released) in memory. */
+size_t engine_count(const struct engine *e);
+
+/* Acquire(session, owner) at now_ns. Strings are borrowed for the call.
+ * ENGINE_OK: *grant and *chg are set (a change is always made).
+ * ENGINE_HELD: another owner holds a live lease; nothing changed.
+ * ENGINE_ENOMEM: nothing changed. */
+int engine_acquire(struct engine *e, int64_t now_ns,
+                   const char *session, size_t session_len,
+                   const char *owner, size_t owner_len,
+                   struct engine_grant *grant, struct engine_change *chg);
+
+/* Renew(session, owner, token) at now_ns. ENGINE_OK: same token, expiry
+ * now + TTL (and strictly later than before), *grant and *chg set; this
+ * also reclaims an expired lease nobody took over. ENGINE_HELD: owner or
+ * token no longer match; nothing changed. */
+int engine_renew(struct engine *e, int64_t now_ns,
+                 const char *session, size_t session_len,
+                 const char *owner, size_t owner_len, uint64_t token,
+                 struct engine_grant *grant, struct engine_change *chg);
+
+/* Release(session, owner, token). ENGINE_OK: freed, *chg set.
+ * ENGINE_NOOP: owner or token did not match, nothing changed. */
+int engine_release(struct engine *e,
+                   const char *session, size_t session_len,
+                   const char *owner, size_t owner_len, uint64_t token,
+                   struct engine_change *chg);
+
+/* Garbage collection: removes up to max entries that are released, or
+ * expired for longer than a TTL, and fills chgs[] with ENGINE_DELETE
+ * changes; the floor rises to their tokens. Collects nothing before the
+ * quarantine ends. Scans incrementally: call it periodically.
+ * Returns the number of changes made. */
+size_t engine_collect(struct engine *e, int64_t now_ns,
+                      struct engine_change *chgs, size_t max);
+
+/* Finishes a change: committed, its leftovers are freed; otherwise it is
+ * undone. Undo changes in the reverse order of their making. */
+void engine_finish(struct engine *e, struct engine_change *chg,
+                   bool committed);
+
+/* Looks up a session; fills *row (strings borrowed until the next call
+ * that changes the engine). Returns false when there is no entry. */
+bool engine_get(const struct engine *e, const char *session,
+                size_t session_len, struct lease_row *row);
+
+/* Checks the invariants of every entry; aborts on a violation. For tests
+ * and debug builds. */
+void engine_check(const struct engine *e);
+
+#endif

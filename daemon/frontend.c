@@ -1,0 +1,485 @@
+/*
+ * The gRPC front end (see frontend.h).
+ *
+ * Each call is a struct rpc, used by one thread at a time:
+ *
+ *   ARMED    requested from the server for a lease method; the
+ *            completion-queue (CQ) thread gets it when a call arrives,
+ *            arms a successor, decodes it, and either answers it (bad
+ *            input, queue full) -> SENDING, or queues it -> AT_LOOP
+ *   UNKNOWN  requested for any other method -> SENDING (UNIMPLEMENTED)
+ *   AT_LOOP  owned by the loop until frontend_reply(), which posts an
+ *            empty batch so that the CQ thread gets it back -> READY
+ *   READY    the CQ thread encodes and sends the reply -> SENDING
+ *   SENDING  the final batch completes; the CQ thread frees it
+ *
+ * Replies are built and started on the CQ thread: a batch started there
+ * needs no hop through gRPC's executor (grpc-core-notes.md).
+ *
+ * Shutdown: the loop calls grpc_server_shutdown_and_notify(); armed
+ * requests then complete unsuccessfully and are freed; the thread ends
+ * once the notify tag has arrived and no rpc is left, then destroys the
+ * server and the queue and wakes the loop.
+ */
+#include "frontend.h"
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "codec.h"
+#include "log.h"
+
+#define ARMED_PER_METHOD 16
+#define ARMED_UNKNOWN 2
+#define MAX_RECEIVE_BYTES (64 * 1024)
+#define CANCEL_AFTER_S 10 /* of shutdown, if calls are still running */
+#define NMETHODS 3
+
+enum rpc_state { RPC_ARMED, RPC_UNKNOWN, RPC_AT_LOOP, RPC_READY, RPC_SENDING };
+
+struct rpc {
+    struct request req; /* first: the loop sees only this */
+    struct frontend *fe;
+    enum rpc_state state;
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array metadata;
+    grpc_byte_buffer *payload;
+    grpc_call_details details; /* RPC_UNKNOWN only */
+    void *msg;                 /* decoded message req points into */
+    grpc_byte_buffer *body;    /* reply message */
+    grpc_slice status_details;
+    int cancelled;
+};
+
+struct frontend {
+    uv_loop_t *loop;
+    grpc_server *server;
+    grpc_completion_queue *cq;
+    void *methods[NMETHODS];
+    size_t max_pending;
+    struct frontend_callbacks cb;
+
+    /* The hand-off: the CQ thread appends, the loop takes everything. */
+    pthread_mutex_t lock;
+    struct request *head, *tail;
+    uv_async_t async;
+    atomic_size_t pending; /* handed to the loop, not yet answered */
+
+    /* CQ thread only (and the creating thread before it starts). */
+    pthread_t thread;
+    bool thread_started;
+    size_t live; /* rpcs allocated */
+    bool notified; /* the shutdown tag came back */
+    gpr_timespec shutdown_seen_at;
+    bool cancelled_all;
+
+    atomic_bool shutdown; /* set by the loop */
+    atomic_bool thread_done;
+    bool stopped_reported; /* loop only */
+    char shutdown_tag;     /* its address is the tag */
+};
+
+static const grpc_status_code status_codes[] = {
+    [REPLY_OK] = GRPC_STATUS_OK,
+    [REPLY_HELD] = GRPC_STATUS_FAILED_PRECONDITION,
+    [REPLY_INVALID] = GRPC_STATUS_INVALID_ARGUMENT,
+    [REPLY_UNAVAILABLE] = GRPC_STATUS_UNAVAILABLE,
+    [REPLY_EXHAUSTED] = GRPC_STATUS_RESOURCE_EXHAUSTED,
+    [REPLY_INTERNAL] = GRPC_STATUS_INTERNAL,
+};
+
+static void rpc_free(struct rpc *r)
+{
+    struct frontend *fe = r->fe;
+    codec_free(r->msg);
+    grpc_byte_buffer_destroy(r->payload);
+    grpc_byte_buffer_destroy(r->body);
+    grpc_slice_unref(r->status_details);
+    grpc_metadata_array_destroy(&r->metadata);
+    grpc_call_details_destroy(&r->details);
+    if (r->call != NULL)
+        grpc_call_unref(r->call);
+    free(r);
+    fe->live--;
+}
+
+static struct rpc *rpc_new(struct frontend *fe, enum rpc_state state)
+{
+    struct rpc *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return NULL;
+    r->fe = fe;
+    r->state = state;
+    r->status_details = grpc_empty_slice();
+    grpc_metadata_array_init(&r->metadata);
+    grpc_call_details_init(&r->details);
+    fe->live++;
+    return r;
+}
+
+/* Requests the next call of method op (or of any unknown method when
+ * unknown), unless shutting down. */
+static void arm(struct frontend *fe, enum request_op op, bool unknown)
+{
+    if (atomic_load(&fe->shutdown))
+        return;
+    struct rpc *r = rpc_new(fe, unknown ? RPC_UNKNOWN : RPC_ARMED);
+    if (r == NULL) {
+        log_error("arm_failed", "reason=\"out of memory\"");
+        return;
+    }
+    r->req.op = op;
+    grpc_call_error err =
+        unknown ? grpc_server_request_call(fe->server, &r->call, &r->details,
+                                           &r->metadata, fe->cq, fe->cq, r)
+                : grpc_server_request_registered_call(
+                      fe->server, fe->methods[op], &r->call, &r->deadline,
+                      &r->metadata, &r->payload, fe->cq, fe->cq, r);
+    if (err != GRPC_CALL_OK) {
+        log_error("arm_failed", "grpc_call_error=%d", (int)err);
+        rpc_free(r);
+    }
+}
+
+/* Starts the final batch: the status, and the message when body is set
+ * (taken). */
+static void send_reply(struct rpc *r, grpc_status_code code,
+                       const char *details, grpc_byte_buffer *body)
+{
+    grpc_op ops[4];
+    memset(ops, 0, sizeof(ops));
+    size_t n = 0;
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (body != NULL) {
+        r->body = body;
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = body;
+    }
+    if (details != NULL && details[0] != '\0')
+        r->status_details = grpc_slice_from_copied_string(details);
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = code;
+    ops[n++].data.send_status_from_server.status_details =
+        GRPC_SLICE_LENGTH(r->status_details) > 0 ? &r->status_details : NULL;
+    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[n++].data.recv_close_on_server.cancelled = &r->cancelled;
+    r->state = RPC_SENDING;
+    grpc_call_error err = grpc_call_start_batch(r->call, ops, n, r, NULL);
+    if (err != GRPC_CALL_OK) {
+        log_error("reply_failed", "grpc_call_error=%d", (int)err);
+        rpc_free(r);
+    }
+}
+
+static void reply_request(struct rpc *r)
+{
+    grpc_byte_buffer *body = NULL;
+    if (r->req.status == REPLY_OK) {
+        uint8_t buf[CODEC_REPLY_MAX];
+        size_t n = codec_encode_reply(&r->req, buf, sizeof(buf));
+        grpc_slice s = grpc_slice_from_copied_buffer((const char *)buf, n);
+        body = grpc_raw_byte_buffer_create(&s, 1);
+        grpc_slice_unref(s);
+    }
+    send_reply(r, status_codes[r->req.status], r->req.reason, body);
+}
+
+static void hand_off(struct frontend *fe, struct rpc *r)
+{
+    if (atomic_fetch_add(&fe->pending, 1) >= fe->max_pending) {
+        atomic_fetch_sub(&fe->pending, 1);
+        r->req.status = REPLY_EXHAUSTED;
+        snprintf(r->req.reason, sizeof(r->req.reason),
+                 "too many requests in progress");
+        reply_request(r);
+        return;
+    }
+    r->state = RPC_AT_LOOP;
+    r->req.next = NULL;
+    pthread_mutex_lock(&fe->lock);
+    if (fe->tail != NULL)
+        fe->tail->next = &r->req;
+    else
+        fe->head = &r->req;
+    fe->tail = &r->req;
+    pthread_mutex_unlock(&fe->lock);
+    uv_async_send(&fe->async);
+}
+
+/* A lease call arrived: decode it, answer bad input at once. */
+static void accept_call(struct rpc *r)
+{
+    struct frontend *fe = r->fe;
+    enum request_op op = r->req.op;
+    arm(fe, op, false);
+    if (r->payload == NULL) {
+        r->req.status = REPLY_INVALID;
+        snprintf(r->req.reason, sizeof(r->req.reason), "no request message");
+        reply_request(r);
+        return;
+    }
+    grpc_byte_buffer_reader reader;
+    if (!grpc_byte_buffer_reader_init(&reader, r->payload)) {
+        r->req.status = REPLY_INVALID;
+        snprintf(r->req.reason, sizeof(r->req.reason),
+                 "unreadable request message");
+        reply_request(r);
+        return;
+    }
+    grpc_slice s = grpc_byte_buffer_reader_readall(&reader);
+    grpc_byte_buffer_reader_destroy(&reader);
+    int rc = codec_decode(op, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s),
+                          &r->req, &r->msg);
+    grpc_slice_unref(s);
+    if (rc != 0) {
+        log_debug("bad_request", "reason=\"%s\"", r->req.reason);
+        reply_request(r);
+        return;
+    }
+    hand_off(fe, r);
+}
+
+static void reject_unknown(struct rpc *r)
+{
+    arm(r->fe, OP_ACQUIRE, true);
+    char *method = grpc_slice_to_c_string(r->details.method);
+    char details[256];
+    snprintf(details, sizeof(details), "unknown method %s", method);
+    log_debug("unimplemented", "method=%s", method);
+    gpr_free(method);
+    send_reply(r, GRPC_STATUS_UNIMPLEMENTED, details, NULL);
+}
+
+static void on_event(struct frontend *fe, grpc_event ev)
+{
+    if (ev.tag == &fe->shutdown_tag) {
+        fe->notified = true;
+        return;
+    }
+    struct rpc *r = ev.tag;
+    switch (r->state) {
+    case RPC_ARMED:
+        if (ev.success)
+            accept_call(r);
+        else
+            rpc_free(r); /* the server is shutting down */
+        return;
+    case RPC_UNKNOWN:
+        if (ev.success)
+            reject_unknown(r);
+        else
+            rpc_free(r);
+        return;
+    case RPC_READY:
+        reply_request(r);
+        return;
+    case RPC_SENDING:
+        rpc_free(r);
+        return;
+    case RPC_AT_LOOP:
+        break;
+    }
+    abort(); /* an event for an rpc the loop owns */
+}
+
+static void *cq_thread(void *arg)
+{
+    struct frontend *fe = arg;
+    for (;;) {
+        if (fe->notified && fe->live == 0)
+            break;
+        grpc_event ev = grpc_completion_queue_next(
+            fe->cq, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                 gpr_time_from_millis(200, GPR_TIMESPAN)),
+            NULL);
+        if (ev.type == GRPC_OP_COMPLETE) {
+            on_event(fe, ev);
+            continue;
+        }
+        if (!atomic_load(&fe->shutdown) || fe->cancelled_all)
+            continue;
+        /* Shutting down with calls still running: give them a while,
+         * then cancel what is left so that the daemon can exit. */
+        gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
+        if (fe->shutdown_seen_at.tv_sec == 0)
+            fe->shutdown_seen_at = now;
+        else if (gpr_time_to_millis(gpr_time_sub(now, fe->shutdown_seen_at)) >
+                 CANCEL_AFTER_S * 1000) {
+            log_warn("cancelling_calls", "after_s=%d", CANCEL_AFTER_S);
+            grpc_server_cancel_all_calls(fe->server);
+            fe->cancelled_all = true;
+        }
+    }
+    grpc_server_destroy(fe->server);
+    fe->server = NULL;
+    grpc_completion_queue_shutdown(fe->cq);
+    while (grpc_completion_queue_next(fe->cq,
+                                      gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+               .type != GRPC_QUEUE_SHUTDOWN)
+        ;
+    grpc_completion_queue_destroy(fe->cq);
+    fe->cq = NULL;
+    atomic_store(&fe->thread_done, true);
+    uv_async_send(&fe->async);
+    return NULL;
+}
+
+/* On the loop: new requests, or the thread's end. */
+static void on_async(uv_async_t *h)
+{
+    struct frontend *fe = h->data;
+    pthread_mutex_lock(&fe->lock);
+    struct request *list = fe->head;
+    fe->head = fe->tail = NULL;
+    pthread_mutex_unlock(&fe->lock);
+    if (list != NULL)
+        fe->cb.requests(fe->cb.arg, list);
+    if (atomic_load(&fe->thread_done) && !fe->stopped_reported) {
+        fe->stopped_reported = true;
+        fe->cb.stopped(fe->cb.arg);
+    }
+}
+
+void frontend_reply(struct frontend *fe, struct request *req)
+{
+    struct rpc *r = (struct rpc *)req;
+    atomic_fetch_sub(&fe->pending, 1);
+    r->state = RPC_READY;
+    /* An empty batch completes at once on the CQ, handing the rpc back
+     * to the CQ thread, which builds and starts the real reply. */
+    grpc_call_error err = grpc_call_start_batch(r->call, NULL, 0, r, NULL);
+    if (err != GRPC_CALL_OK) {
+        log_error("handback_failed", "grpc_call_error=%d", (int)err);
+        abort();
+    }
+}
+
+void frontend_shutdown(struct frontend *fe)
+{
+    if (atomic_exchange(&fe->shutdown, true))
+        return;
+    grpc_server_shutdown_and_notify(fe->server, fe->cq, &fe->shutdown_tag);
+}
+
+static void on_close(uv_handle_t *h)
+{
+    struct frontend *fe = h->data;
+    pthread_mutex_destroy(&fe->lock);
+    free(fe);
+}
+
+void frontend_destroy(struct frontend *fe)
+{
+    if (fe == NULL)
+        return;
+    if (fe->thread_started)
+        pthread_join(fe->thread, NULL);
+    uv_close((uv_handle_t *)&fe->async, on_close);
+}
+
+/* Binds one address; logs the address clients can use. */
+static int add_listener(struct frontend *fe, grpc_server_credentials *creds,
+                        const char *addr, char *errmsg, size_t len)
+{
+    int port = grpc_server_add_http2_port(fe->server, addr, creds);
+    if (port <= 0) {
+        snprintf(errmsg, len, "cannot listen on %s", addr);
+        return -1;
+    }
+    if (strncmp(addr, "unix:", 5) == 0) {
+        log_info("listening", "addr=%s", addr);
+        return 0;
+    }
+    const char *colon = strrchr(addr, ':');
+    log_info("listening", "addr=%.*s:%d", (int)(colon - addr), addr, port);
+    return 0;
+}
+
+/* Unix sockets follow the umask at bind; make them 0660. */
+static void chmod_sockets(const char *const *listen, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strncmp(listen[i], "unix:", 5) == 0 &&
+            chmod(listen[i] + 5, 0660) != 0)
+            log_warn("chmod_failed", "path=%s", listen[i] + 5);
+    }
+}
+
+struct frontend *frontend_create(uv_loop_t *loop, const char *const *listen,
+                                 size_t nlisten, size_t max_pending,
+                                 const struct frontend_callbacks *cb,
+                                 char *errmsg, size_t errmsg_len)
+{
+    struct frontend *fe = calloc(1, sizeof(*fe));
+    if (fe == NULL) {
+        snprintf(errmsg, errmsg_len, "out of memory");
+        return NULL;
+    }
+    fe->loop = loop;
+    fe->max_pending = max_pending;
+    fe->cb = *cb;
+    pthread_mutex_init(&fe->lock, NULL);
+
+    grpc_arg args[] = {
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+         .value.integer = MAX_RECEIVE_BYTES},
+    };
+    grpc_channel_args chargs = {sizeof(args) / sizeof(args[0]), args};
+    fe->server = grpc_server_create(&chargs, NULL);
+    fe->cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_server_register_completion_queue(fe->server, fe->cq, NULL);
+    for (int op = 0; op < NMETHODS; op++) {
+        char path[128];
+        codec_method_path((enum request_op)op, path, sizeof(path));
+        fe->methods[op] = grpc_server_register_method(
+            fe->server, path, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
+            0);
+    }
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    int rc = 0;
+    for (size_t i = 0; i < nlisten && rc == 0; i++)
+        rc = add_listener(fe, creds, listen[i], errmsg, errmsg_len);
+    grpc_server_credentials_release(creds);
+    if (rc != 0) {
+        grpc_server_destroy(fe->server);
+        grpc_completion_queue_shutdown(fe->cq);
+        while (grpc_completion_queue_next(
+                   fe->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+                   .type != GRPC_QUEUE_SHUTDOWN)
+            ;
+        grpc_completion_queue_destroy(fe->cq);
+        pthread_mutex_destroy(&fe->lock);
+        free(fe);
+        return NULL;
+    }
+    grpc_server_start(fe->server);
+    chmod_sockets(listen, nlisten);
+
+    uv_async_init(loop, &fe->async, on_async);
+    fe->async.data = fe;
+    for (int op = 0; op < NMETHODS; op++) {
+        for (int i = 0; i < ARMED_PER_METHOD; i++)
+            arm(fe, (enum request_op)op, false);
+    }
+    for (int i = 0; i < ARMED_UNKNOWN; i++)
+        arm(fe, OP_ACQUIRE, true);
+    fe->thread_started = pthread_create(&fe->thread, NULL, cq_thread, fe) == 0;
+    if (!fe->thread_started) {
+        snprintf(errmsg, errmsg_len, "cannot start the gRPC thread");
+        /* Unreachable in practice; exiting the process is the cleanup. */
+        return NULL;
+    }
+    return fe;
+}

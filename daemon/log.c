@@ -1,0 +1,74 @@
+/* key=value logging on stderr (see log.h). */
+#include "log.h"
+
+#include <grpc/support/log.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static _Atomic int min_level = LOG_INFO;
+static const char *const names[] = {"debug", "info", "warn", "error"};
+
+void log_set_level(enum log_level level)
+{
+    min_level = level;
+}
+
+int log_parse_level(const char *name, enum log_level *level)
+{
+    for (int i = LOG_DEBUG; i <= LOG_ERROR; i++) {
+        if (strcmp(name, names[i]) == 0) {
+            *level = (enum log_level)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+void log_write(enum log_level level, const char *msg, const char *kv_fmt, ...)
+{
+    if ((int)level < min_level)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    char line[2048];
+    int n = snprintf(line, sizeof(line),
+                     "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s msg=%s",
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+                     tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, names[level],
+                     msg);
+    if (kv_fmt != NULL && n > 0 && (size_t)n < sizeof(line) - 2) {
+        line[n++] = ' ';
+        va_list ap;
+        va_start(ap, kv_fmt);
+        int m = vsnprintf(line + n, sizeof(line) - (size_t)n, kv_fmt, ap);
+        va_end(ap);
+        n = m < 0 ? n : n + m;
+    }
+    if (n < 0)
+        return;
+    if ((size_t)n > sizeof(line) - 2)
+        n = (int)sizeof(line) - 2;
+    line[n++] = '\n';
+    fwrite(line, 1, (size_t)n, stderr); /* one write: lines never mix */
+}
+
+static void grpc_log(gpr_log_func_args *args)
+{
+    enum log_level level = args->severity == GPR_LOG_SEVERITY_ERROR ? LOG_ERROR
+                           : args->severity == GPR_LOG_SEVERITY_INFO
+                               ? LOG_INFO
+                               : LOG_DEBUG;
+    const char *file = strrchr(args->file, '/');
+    log_write(level, "grpc", "file=%s:%d detail=\"%s\"",
+              file != NULL ? file + 1 : args->file, args->line, args->message);
+}
+
+void log_route_grpc(void)
+{
+    gpr_set_log_function(grpc_log);
+}

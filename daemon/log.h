@@ -1,0 +1,30 @@
+/*
+ * Logging: one line per event on stderr,
+ *   ts=2026-11-30T14:37:00.123Z level=info msg=listening addr=127.0.0.1:7443
+ * Thread-safe. Never log secrets or lease owners' payloads beyond ids.
+ */
+#ifndef LEASED_LOG_H
+#define LEASED_LOG_H
+
+enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
+
+/* Lines below level are dropped. */
+void log_set_level(enum log_level level);
+
+/* Parses "debug", "info", "warn" or "error". Returns 0 or -1. */
+int log_parse_level(const char *name, enum log_level *level);
+
+/* Writes one line: msg is one word (no spaces), kv_fmt a printf format of
+ * further key=value pairs (quote values that may hold spaces), or NULL. */
+void log_write(enum log_level level, const char *msg, const char *kv_fmt,
+               ...) __attribute__((format(printf, 3, 4)));
+
+/* Sends gRPC's own log lines through log_write. */
+void log_route_grpc(void);
+
+#define log_debug(...) log_write(LOG_DEBUG, __VA_ARGS__)
+#define log_info(...) log_write(LOG_INFO, __VA_ARGS__)
+#define log_warn(...) log_write(LOG_WARN, __VA_ARGS__)
+#define log_error(...) log_write(LOG_ERROR, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,296 @@
+/*
+ * The loop side of leased (see server.h).
+ *
+ * Requests wait in `pending` while a commit is in flight. When none is,
+ * everything pending (up to MAX_BATCH) becomes one batch: the engine
+ * decides each request in arrival order at one `now`, the changes go to
+ * the store in one transaction on a worker thread, and every request of
+ * the batch is answered when it commits. A batch with a takeover or a
+ * release commits with fsync (design.md, promise 7). If the commit fails,
+ * the engine undoes the batch and every request in it gets UNAVAILABLE:
+ * never OK for something that was not stored.
+ *
+ * The engine and the store are touched only by the loop, and by the
+ * worker only while `committing` (when the loop leaves them alone).
+ */
+#include "server.h"
+
+#include <assert.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "engine.h"
+#include "log.h"
+#include "store.h"
+
+#define MAX_BATCH 4096
+#define GC_MAX 1024
+#define GC_INTERVAL_MS 1000
+
+struct server {
+    uv_loop_t *loop;
+    struct engine *engine;
+    struct store *store;
+    struct clock clock;
+    void (*reply)(void *arg, struct request *req);
+    void *reply_arg;
+
+    struct request *pending, *pending_tail;
+
+    /* The batch being committed. */
+    bool committing;
+    struct request *batch;
+    struct engine_change *chgs; /* MAX_BATCH + GC_MAX */
+    size_t nchgs;
+    bool durable;
+    int commit_err;
+    char commit_errmsg[256];
+    bool storage_failing;
+    uv_work_t work;
+
+    uv_timer_t gc_timer;
+    bool gc_due;
+
+    bool closing;
+    void (*done)(void *arg);
+    void *done_arg;
+};
+
+static int load_row(void *arg, const struct lease_row *row)
+{
+    return engine_load(arg, row) == ENGINE_OK ? 0 : STORE_ENOMEM;
+}
+
+static void decide(struct server *s, int64_t now_ns, struct request *req)
+{
+    struct engine_grant grant = {0, 0};
+    struct engine_change *chg = &s->chgs[s->nchgs];
+    int rc;
+    switch (req->op) {
+    case OP_ACQUIRE:
+        rc = engine_acquire(s->engine, now_ns, req->session, req->session_len,
+                            req->owner, req->owner_len, &grant, chg);
+        break;
+    case OP_RENEW:
+        rc = engine_renew(s->engine, now_ns, req->session, req->session_len,
+                          req->owner, req->owner_len, req->token, &grant,
+                          chg);
+        break;
+    default:
+        rc = engine_release(s->engine, req->session, req->session_len,
+                            req->owner, req->owner_len, req->token, chg);
+        break;
+    }
+    req->reason[0] = '\0';
+    switch (rc) {
+    case ENGINE_OK:
+        s->nchgs++;
+        s->durable |= chg->durable;
+        req->status = REPLY_OK;
+        req->grant_token = grant.token;
+        req->grant_expiry_ns = grant.expiry_ns;
+        return;
+    case ENGINE_NOOP:
+        req->status = REPLY_OK;
+        return;
+    case ENGINE_HELD:
+        req->status = REPLY_HELD;
+        snprintf(req->reason, sizeof(req->reason), "%s",
+                 req->op == OP_ACQUIRE
+                     ? "held by another owner"
+                     : "lease lost: owner or token no longer match");
+        return;
+    default:
+        req->status = REPLY_UNAVAILABLE;
+        snprintf(req->reason, sizeof(req->reason), "out of memory");
+        return;
+    }
+}
+
+static void answer_all(struct server *s, struct request *list)
+{
+    while (list != NULL) {
+        struct request *next = list->next;
+        s->reply(s->reply_arg, list);
+        list = next;
+    }
+}
+
+static void commit_work(uv_work_t *w)
+{
+    struct server *s = w->data;
+    s->commit_err = store_apply(s->store, s->chgs, s->nchgs, s->durable);
+    if (s->commit_err != STORE_OK)
+        snprintf(s->commit_errmsg, sizeof(s->commit_errmsg), "%s",
+                 store_errmsg(s->store));
+}
+
+static void process(struct server *s);
+static void finish_close(struct server *s);
+
+static void commit_done(uv_work_t *w, int status)
+{
+    struct server *s = w->data;
+    bool ok = status == 0 && s->commit_err == STORE_OK;
+    if (ok) {
+        for (size_t i = 0; i < s->nchgs; i++)
+            engine_finish(s->engine, &s->chgs[i], true);
+        if (s->storage_failing)
+            log_info("storage_recovered", NULL);
+        s->storage_failing = false;
+    } else {
+        for (size_t i = s->nchgs; i-- > 0;)
+            engine_finish(s->engine, &s->chgs[i], false);
+        log_warn("commit_failed", "changes=%zu error=\"%s\"", s->nchgs,
+                 s->commit_errmsg);
+        s->storage_failing = true;
+        for (struct request *r = s->batch; r != NULL; r = r->next) {
+            r->status = REPLY_UNAVAILABLE;
+            snprintf(r->reason, sizeof(r->reason), "storage unavailable");
+        }
+    }
+    struct request *batch = s->batch;
+    s->batch = NULL;
+    s->nchgs = 0;
+    s->committing = false;
+    answer_all(s, batch);
+    if (s->closing)
+        finish_close(s);
+    else
+        process(s);
+}
+
+/* Decides everything pending, batch by batch, until a commit is in
+ * flight or nothing is left. */
+static void process(struct server *s)
+{
+    while (!s->committing && (s->pending != NULL || s->gc_due)) {
+        int64_t now_ns = clock_now_ns(&s->clock);
+        s->nchgs = 0;
+        s->durable = false;
+        if (s->gc_due) { /* first in the batch: see engine.h */
+            s->gc_due = false;
+            s->nchgs = engine_collect(s->engine, now_ns, s->chgs, GC_MAX);
+        }
+        struct request *batch = NULL, **tail = &batch;
+        for (size_t n = 0; s->pending != NULL && n < MAX_BATCH; n++) {
+            struct request *r = s->pending;
+            s->pending = r->next;
+            r->next = NULL;
+            decide(s, now_ns, r);
+            *tail = r;
+            tail = &r->next;
+        }
+        if (s->pending == NULL)
+            s->pending_tail = NULL;
+        if (s->nchgs == 0) {
+            answer_all(s, batch);
+            continue;
+        }
+        s->batch = batch;
+        s->committing = true;
+        uv_queue_work(s->loop, &s->work, commit_work, commit_done);
+    }
+}
+
+void server_submit(struct server *s, struct request *list)
+{
+    assert(!s->closing);
+    if (s->pending_tail != NULL)
+        s->pending_tail->next = list;
+    else
+        s->pending = list;
+    while (list->next != NULL)
+        list = list->next;
+    s->pending_tail = list;
+    process(s);
+}
+
+static void on_gc_timer(uv_timer_t *t)
+{
+    struct server *s = t->data;
+    s->gc_due = true;
+    process(s);
+}
+
+struct server *server_create(uv_loop_t *loop, struct store *store,
+                             int64_t ttl_ns, char *errmsg, size_t errmsg_len)
+{
+    struct server *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        goto nomem;
+    s->loop = loop;
+    s->store = store;
+    s->work.data = s;
+    clock_init(&s->clock);
+    s->engine = engine_create(ttl_ns, clock_now_ns(&s->clock));
+    s->chgs = calloc(MAX_BATCH + GC_MAX, sizeof(*s->chgs));
+    if (s->engine == NULL || s->chgs == NULL)
+        goto nomem;
+    uint64_t floor = 0;
+    int err = store_load(store, load_row, s->engine, &floor);
+    if (err != STORE_OK) {
+        snprintf(errmsg, errmsg_len, "loading leases: %s",
+                 err == STORE_ENOMEM ? "out of memory" : store_errmsg(store));
+        goto fail;
+    }
+    engine_raise_floor(s->engine, floor);
+    log_info("loaded", "leases=%zu token_floor=%llu quarantine_ms=%lld",
+             engine_count(s->engine), (unsigned long long)floor,
+             (long long)(ttl_ns / 1000000));
+    uv_timer_init(loop, &s->gc_timer);
+    s->gc_timer.data = s;
+    uv_timer_start(&s->gc_timer, on_gc_timer, GC_INTERVAL_MS, GC_INTERVAL_MS);
+    return s;
+nomem:
+    snprintf(errmsg, errmsg_len, "out of memory");
+fail:
+    store_close(store);
+    if (s != NULL) {
+        engine_destroy(s->engine);
+        free(s->chgs);
+        free(s);
+    }
+    return NULL;
+}
+
+void server_set_reply(struct server *s,
+                      void (*reply)(void *arg, struct request *req),
+                      void *arg)
+{
+    s->reply = reply;
+    s->reply_arg = arg;
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    struct server *s = h->data;
+    void (*done)(void *) = s->done;
+    void *arg = s->done_arg;
+    engine_destroy(s->engine);
+    free(s->chgs);
+    free(s);
+    done(arg);
+}
+
+static void finish_close(struct server *s)
+{
+    assert(s->pending == NULL && !s->committing);
+    store_close(s->store);
+    s->store = NULL;
+    uv_close((uv_handle_t *)&s->gc_timer, on_timer_closed);
+}
+
+void server_close(struct server *s, void (*done)(void *arg), void *arg)
+{
+    s->closing = true;
+    s->done = done;
+    s->done_arg = arg;
+    uv_timer_stop(&s->gc_timer);
+    s->gc_due = false;
+    if (!s->committing)
+        finish_close(s);
+}

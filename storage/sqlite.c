@@ -1,0 +1,342 @@
+/*
+ * The SQLite storage engine (see store.h): the only file that includes
+ * sqlite3.h.
+ *
+ * Schema (PRAGMA user_version = 1):
+ *   leases(session_id TEXT PRIMARY KEY, owner TEXT, token, expiry_ns)
+ *     owner '' means released; expiry_ns is wall-clock ns since the epoch.
+ *   meta(key TEXT PRIMARY KEY, value INTEGER)
+ *     'token_floor': the highest token of every row ever deleted; new
+ *     sessions start above it, so deleting rows never lowers a token.
+ *
+ * WAL mode, one connection, BEGIN IMMEDIATE, a bounded busy timeout.
+ * synchronous is FULL for durable batches and NORMAL otherwise; a FULL
+ * commit syncs the WAL frames of the NORMAL commits before it too.
+ */
+#include "store.h"
+
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SCHEMA_VERSION 1
+
+enum stmt_id {
+    ST_BEGIN,
+    ST_COMMIT,
+    ST_ROLLBACK,
+    ST_PUT,
+    ST_DELETE,
+    ST_RAISE_FLOOR,
+    ST_SYNC_FULL,
+    ST_SYNC_NORMAL,
+    ST_COUNT,
+};
+
+static const char *const stmt_sql[ST_COUNT] = {
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+    [ST_ROLLBACK] = "ROLLBACK",
+    /* A conditional upsert: a new row only if none exists (?5 NULL never
+     * compares equal), an update only if the row is still ?5/?6/?7. */
+    [ST_PUT] = "INSERT INTO leases(session_id, owner, token, expiry_ns) "
+               "VALUES(?1, ?2, ?3, ?4) ON CONFLICT(session_id) DO UPDATE "
+               "SET owner = excluded.owner, token = excluded.token, "
+               "expiry_ns = excluded.expiry_ns "
+               "WHERE leases.owner = ?5 AND leases.token = ?6 "
+               "AND leases.expiry_ns = ?7 RETURNING token",
+    [ST_DELETE] = "DELETE FROM leases WHERE session_id = ?1 AND owner = ?2 "
+                  "AND token = ?3 AND expiry_ns = ?4 RETURNING token",
+    [ST_RAISE_FLOOR] = "UPDATE meta SET value = max(value, ?1) "
+                       "WHERE key = 'token_floor'",
+    [ST_SYNC_FULL] = "PRAGMA synchronous = FULL",
+    [ST_SYNC_NORMAL] = "PRAGMA synchronous = NORMAL",
+};
+
+struct store {
+    sqlite3 *db;
+    sqlite3_stmt *stmt[ST_COUNT];
+    int synchronous_full; /* -1 unknown, 0 NORMAL, 1 FULL */
+    char errmsg[256];
+};
+
+static int fail(struct store *s, int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->errmsg, sizeof(s->errmsg), fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+static int err_of(int rc)
+{
+    switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        return STORE_EBUSY;
+    case SQLITE_NOMEM:
+        return STORE_ENOMEM;
+    default:
+        return STORE_EIO;
+    }
+}
+
+static int sql_fail(struct store *s, int rc, const char *what)
+{
+    return fail(s, err_of(rc), "%s: %s (%s)", what, sqlite3_errmsg(s->db),
+                sqlite3_errstr(rc));
+}
+
+static int exec(struct store *s, const char *sql)
+{
+    int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+    return rc == SQLITE_OK ? STORE_OK : sql_fail(s, rc, sql);
+}
+
+/* Runs a prepared statement that returns no row. */
+static int step_done(struct store *s, enum stmt_id id)
+{
+    sqlite3_stmt *st = s->stmt[id];
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : sql_fail(s, rc, stmt_sql[id]);
+}
+
+static int migrate(struct store *s)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(s->db, "PRAGMA user_version", -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return sql_fail(s, rc, "reading the schema version");
+    int version = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0)
+                                                 : -1;
+    sqlite3_finalize(st);
+    if (version == SCHEMA_VERSION)
+        return STORE_OK;
+    if (version != 0)
+        return fail(s, STORE_EVERSION,
+                    "schema version %d is not %d: this database belongs to "
+                    "another version of leased",
+                    version, SCHEMA_VERSION);
+    return exec(s,
+                "BEGIN IMMEDIATE;"
+                "CREATE TABLE leases("
+                "  session_id TEXT PRIMARY KEY NOT NULL,"
+                "  owner TEXT NOT NULL,"
+                "  token INTEGER NOT NULL,"
+                "  expiry_ns INTEGER NOT NULL) WITHOUT ROWID;"
+                "CREATE TABLE meta("
+                "  key TEXT PRIMARY KEY NOT NULL,"
+                "  value INTEGER NOT NULL) WITHOUT ROWID;"
+                "INSERT INTO meta(key, value) VALUES('token_floor', 0);"
+                "PRAGMA user_version = 1;"
+                "COMMIT;");
+}
+
+int store_open(const char *path, int busy_timeout_ms, struct store **out,
+               char *errmsg, size_t errmsg_len)
+{
+    *out = NULL;
+    struct store *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        snprintf(errmsg, errmsg_len, "out of memory");
+        return STORE_ENOMEM;
+    }
+    s->synchronous_full = -1;
+    int rc = sqlite3_open_v2(path, &s->db,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                                 SQLITE_OPEN_NOMUTEX,
+                             NULL);
+    int err;
+    if (rc != SQLITE_OK) {
+        err = s->db != NULL ? sql_fail(s, rc, path)
+                            : fail(s, STORE_ENOMEM, "out of memory");
+        goto out;
+    }
+    sqlite3_busy_timeout(s->db, busy_timeout_ms);
+    sqlite3_extended_result_codes(s->db, 1);
+    err = exec(s, "PRAGMA journal_mode = WAL");
+    if (err == STORE_OK)
+        err = exec(s, "PRAGMA foreign_keys = OFF");
+    if (err == STORE_OK)
+        err = migrate(s);
+    for (int i = 0; err == STORE_OK && i < ST_COUNT; i++) {
+        rc = sqlite3_prepare_v3(s->db, stmt_sql[i], -1,
+                                SQLITE_PREPARE_PERSISTENT, &s->stmt[i], NULL);
+        if (rc != SQLITE_OK)
+            err = sql_fail(s, rc, stmt_sql[i]);
+    }
+out:
+    if (err != STORE_OK) {
+        snprintf(errmsg, errmsg_len, "%s", s->errmsg);
+        store_close(s);
+        return err;
+    }
+    *out = s;
+    return STORE_OK;
+}
+
+void store_close(struct store *s)
+{
+    if (s == NULL)
+        return;
+    for (int i = 0; i < ST_COUNT; i++)
+        sqlite3_finalize(s->stmt[i]);
+    sqlite3_close(s->db);
+    free(s);
+}
+
+const char *store_errmsg(const struct store *s)
+{
+    return s->errmsg;
+}
+
+int store_load(struct store *s,
+               int (*row_cb)(void *arg, const struct lease_row *row),
+               void *arg, uint64_t *floor)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(
+        s->db, "SELECT session_id, owner, token, expiry_ns FROM leases", -1,
+        &st, NULL);
+    if (rc != SQLITE_OK)
+        return sql_fail(s, rc, "loading leases");
+    int err = STORE_OK;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct lease_row row = {
+            .session = (const char *)sqlite3_column_text(st, 0),
+            .session_len = (size_t)sqlite3_column_bytes(st, 0),
+            .owner = (const char *)sqlite3_column_text(st, 1),
+            .owner_len = (size_t)sqlite3_column_bytes(st, 1),
+            .token = (uint64_t)sqlite3_column_int64(st, 2),
+            .expiry_ns = sqlite3_column_int64(st, 3),
+        };
+        if (row.session == NULL || row.session_len == 0 ||
+            row.session_len > ENGINE_SESSION_MAX ||
+            row.owner_len > ENGINE_OWNER_MAX ||
+            (row.owner_len > 0 && row.token == 0)) {
+            err = fail(s, STORE_EIO, "corrupt lease row");
+            break;
+        }
+        err = row_cb(arg, &row);
+        if (err != 0)
+            break;
+    }
+    if (err == STORE_OK && rc != SQLITE_DONE)
+        err = sql_fail(s, rc, "loading leases");
+    sqlite3_finalize(st);
+    if (err != STORE_OK)
+        return err;
+
+    rc = sqlite3_prepare_v2(
+        s->db, "SELECT value FROM meta WHERE key = 'token_floor'", -1, &st,
+        NULL);
+    if (rc != SQLITE_OK)
+        return sql_fail(s, rc, "loading the token floor");
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        *floor = (uint64_t)sqlite3_column_int64(st, 0);
+    else
+        err = rc == SQLITE_DONE ? fail(s, STORE_EIO, "no token floor")
+                                : sql_fail(s, rc, "loading the token floor");
+    sqlite3_finalize(st);
+    return err;
+}
+
+static void bind_text(sqlite3_stmt *st, int i, const char *p, size_t n)
+{
+    /* Owners of released rows are '' (never NULL: NULL means absent). */
+    sqlite3_bind_text(st, i, n > 0 ? p : "", (int)n, SQLITE_STATIC);
+}
+
+/* Runs ST_PUT or ST_DELETE, which must return exactly one row. */
+static int step_returning(struct store *s, enum stmt_id id)
+{
+    sqlite3_stmt *st = s->stmt[id];
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        rc = sqlite3_step(st);
+    else if (rc == SQLITE_DONE)
+        rc = SQLITE_NOTFOUND; /* the condition did not hold */
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    if (rc == SQLITE_DONE)
+        return STORE_OK;
+    if (rc == SQLITE_NOTFOUND)
+        return fail(s, STORE_ECONFLICT,
+                    "the stored row is not what the engine saw");
+    return sql_fail(s, rc, stmt_sql[id]);
+}
+
+static int apply_one(struct store *s, const struct engine_change *c,
+                     uint64_t *deleted_max)
+{
+    if (c->kind == ENGINE_DELETE) {
+        sqlite3_stmt *st = s->stmt[ST_DELETE];
+        bind_text(st, 1, c->before.session, c->before.session_len);
+        bind_text(st, 2, c->before.owner, c->before.owner_len);
+        sqlite3_bind_int64(st, 3, (sqlite3_int64)c->before.token);
+        sqlite3_bind_int64(st, 4, c->before.expiry_ns);
+        if (c->before.token > *deleted_max)
+            *deleted_max = c->before.token;
+        return step_returning(s, ST_DELETE);
+    }
+    sqlite3_stmt *st = s->stmt[ST_PUT];
+    bind_text(st, 1, c->after.session, c->after.session_len);
+    bind_text(st, 2, c->after.owner, c->after.owner_len);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)c->after.token);
+    sqlite3_bind_int64(st, 4, c->after.expiry_ns);
+    if (c->has_before) {
+        bind_text(st, 5, c->before.owner, c->before.owner_len);
+        sqlite3_bind_int64(st, 6, (sqlite3_int64)c->before.token);
+        sqlite3_bind_int64(st, 7, c->before.expiry_ns);
+    } else {
+        sqlite3_bind_null(st, 5);
+        sqlite3_bind_null(st, 6);
+        sqlite3_bind_null(st, 7);
+    }
+    return step_returning(s, ST_PUT);
+}
+
+static int set_synchronous(struct store *s, bool full)
+{
+    if (s->synchronous_full == (int)full)
+        return STORE_OK;
+    int err = step_done(s, full ? ST_SYNC_FULL : ST_SYNC_NORMAL);
+    s->synchronous_full = err == STORE_OK ? (int)full : -1;
+    return err;
+}
+
+static int raise_floor(struct store *s, uint64_t floor)
+{
+    sqlite3_bind_int64(s->stmt[ST_RAISE_FLOOR], 1, (sqlite3_int64)floor);
+    return step_done(s, ST_RAISE_FLOOR);
+}
+
+int store_apply(struct store *s, const struct engine_change *chgs, size_t n,
+                bool durable)
+{
+    int err = set_synchronous(s, durable);
+    if (err != STORE_OK)
+        return err;
+    err = step_done(s, ST_BEGIN);
+    if (err != STORE_OK)
+        return err;
+    uint64_t deleted_max = 0;
+    for (size_t i = 0; i < n && err == STORE_OK; i++)
+        err = apply_one(s, &chgs[i], &deleted_max);
+    if (err == STORE_OK && deleted_max > 0)
+        err = raise_floor(s, deleted_max);
+    if (err == STORE_OK)
+        err = step_done(s, ST_COMMIT);
+    if (err != STORE_OK && !sqlite3_get_autocommit(s->db)) {
+        char keep[sizeof(s->errmsg)];
+        memcpy(keep, s->errmsg, sizeof(keep));
+        step_done(s, ST_ROLLBACK); /* best effort; the first error wins */
+        memcpy(s->errmsg, keep, sizeof(keep));
+    }
+    return err;
+}

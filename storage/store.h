@@ -1,0 +1,60 @@
+/*
+ * Storage: persists the lease engine's changes.
+ *
+ * A store is used by one thread at a time (the daemon's loop, or its
+ * worker while a commit is in flight; never both). Every write is
+ * conditional: a change applies only if the stored row is still the one
+ * the engine saw, and the whole batch is one transaction that commits or
+ * leaves nothing behind.
+ *
+ * Functions return 0 or a negative enum store_err; store_errmsg() says
+ * why in words.
+ */
+#ifndef LEASED_STORE_H
+#define LEASED_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+
+enum store_err {
+    STORE_OK = 0,
+    STORE_EIO = -1,       /* I/O error, disk full, corrupt file */
+    STORE_EBUSY = -2,     /* locked by another process past the timeout */
+    STORE_ECONFLICT = -3, /* a stored row was not what the engine saw */
+    STORE_EVERSION = -4,  /* schema from a newer leased */
+    STORE_ENOMEM = -5,
+};
+
+struct store;
+
+/* Opens (creating if missing) the SQLite database at path. path is
+ * borrowed. busy_timeout_ms bounds how long a commit waits for another
+ * process's lock. On failure *out is NULL and errmsg (errmsg_len bytes)
+ * says why. */
+int store_open(const char *path, int busy_timeout_ms, struct store **out,
+               char *errmsg, size_t errmsg_len);
+
+/* Closes the database. Accepts NULL. */
+void store_close(struct store *s);
+
+/* Calls row_cb for every stored row (strings valid during the call only),
+ * then sets *floor to the stored token floor. A non-zero return of row_cb
+ * stops the scan and is returned. */
+int store_load(struct store *s,
+               int (*row_cb)(void *arg, const struct lease_row *row),
+               void *arg, uint64_t *floor);
+
+/* Applies n changes in one transaction. durable: fsync before returning
+ * (synchronous=FULL); otherwise the commit survives a crash of the process
+ * but maybe not a power loss. Deleted rows raise the stored floor. On any
+ * error nothing is applied. */
+int store_apply(struct store *s, const struct engine_change *chgs, size_t n,
+                bool durable);
+
+/* The reason of the last error, for logs. */
+const char *store_errmsg(const struct store *s);
+
+#endif
