@@ -1,7 +1,6 @@
 /* Flags and LEASED_… environment variables (see config.h). */
 #include "config.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
@@ -10,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "addr.h"
 #include "version.h"
 
 #define NS_PER_MS INT64_C(1000000)
@@ -88,56 +88,11 @@ int config_parse_duration(const char *text, int64_t *ns)
     return 0;
 }
 
-static bool is_loopback(const char *host)
-{
-    struct in_addr a4;
-    struct in6_addr a6;
-    if (strcmp(host, "localhost") == 0)
-        return true;
-    if (inet_pton(AF_INET, host, &a4) == 1)
-        return (ntohl(a4.s_addr) >> 24) == 127;
-    if (inet_pton(AF_INET6, host, &a6) == 1)
-        return IN6_IS_ADDR_LOOPBACK(&a6);
-    return false;
-}
-
 int config_check_listen(const char *addr, char *errmsg, size_t errmsg_len)
 {
-    if (strncmp(addr, "unix:", 5) == 0) {
-        if (addr[5] == '\0')
-            return fail(errmsg, errmsg_len, "--listen %s: no socket path",
-                        addr);
-        return 0;
-    }
-    const char *colon = strrchr(addr, ':');
-    if (colon == NULL || colon == addr || colon[1] == '\0')
-        return fail(errmsg, errmsg_len,
-                    "--listen %s: want HOST:PORT or unix:/PATH", addr);
-    char host[256];
-    size_t hlen = (size_t)(colon - addr);
-    const char *h = addr;
-    if (addr[0] == '[') { /* [::1]:7443 */
-        if (colon[-1] != ']')
-            return fail(errmsg, errmsg_len, "--listen %s: bad IPv6 address",
-                        addr);
-        h++;
-        hlen -= 2;
-    }
-    if (hlen == 0 || hlen >= sizeof(host))
-        return fail(errmsg, errmsg_len, "--listen %s: bad host", addr);
-    memcpy(host, h, hlen);
-    host[hlen] = '\0';
-    char *end;
-    errno = 0;
-    unsigned long port = strtoul(colon + 1, &end, 10);
-    if (*end != '\0' || errno != 0 || port > 65535 || colon[1] < '0' ||
-        colon[1] > '9')
-        return fail(errmsg, errmsg_len, "--listen %s: bad port", addr);
-    if (!is_loopback(host))
-        return fail(errmsg, errmsg_len,
-                    "--listen %s: not a loopback address; leased serves "
-                    "plaintext only on loopback or a unix socket",
-                    addr);
+    char why[200];
+    if (addr_check_plaintext(addr, why, sizeof(why)) != 0)
+        return fail(errmsg, errmsg_len, "--listen %s: %s", addr, why);
     return 0;
 }
 

@@ -38,9 +38,8 @@ int config_parse(struct config *cfg, int argc, char **argv, char *errmsg,
  * Returns 0 and sets *ns, or -1. */
 int config_parse_duration(const char *text, int64_t *ns);
 
-/* Checks a listen address: "unix:/path", or HOST:PORT with HOST a
- * loopback address (127.0.0.0/8, ::1 in brackets, localhost) and PORT
- * 0..65535. Returns 0, or -1 with errmsg set. */
+/* Checks a --listen address (addr_check_plaintext). Returns 0, or -1
+ * with errmsg set. */
 int config_check_listen(const char *addr, char *errmsg, size_t errmsg_len);
 
 #endif

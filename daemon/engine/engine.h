@@ -134,7 +134,8 @@ int engine_release(struct engine *e,
 /* Garbage collection: removes up to max entries that are released, or
  * expired for longer than a TTL, and fills chgs[] with ENGINE_DELETE
  * changes; the floor rises to their tokens. Collects nothing before the
- * quarantine ends. Scans incrementally: call it periodically.
+ * quarantine ends. Looks at a few thousand hash buckets per call,
+ * resuming where the last call stopped: call it periodically.
  * Returns the number of changes made. */
 size_t engine_collect(struct engine *e, int64_t now_ns,
                       struct engine_change *chgs, size_t max);

@@ -1,0 +1,161 @@
+/*
+ * liblease: the C client library of leased.
+ *
+ * A lease gives one process at a time the ownership of a session (any
+ * opaque id), with a fencing token that rises on every change of owner.
+ * A struct lease_client talks to one backend:
+ *
+ *   lease_grpc_open()    a leased daemon (or any server of the
+ *                        mecatl.driver.v1.SessionLeaseService protocol)
+ *   lease_memory_open()  in this process, with a clock you control; for
+ *                        tests and single-process programs
+ *   lease_client_create() a backend of your own (struct lease_backend)
+ *
+ * Every function returns 0 (LEASE_OK) or a negative enum lease_err;
+ * lease_errmsg() then says why, in words, for the calling thread.
+ *
+ * Thread safety: a lease_client may be used from any number of threads at
+ * once. struct lease is a plain value: copy it freely.
+ */
+#ifndef LEASE_H
+#define LEASE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LEASE_SESSION_MAX 512 /* bytes of UTF-8, without the NUL */
+#define LEASE_OWNER_MAX 256
+
+enum lease_err {
+    LEASE_OK = 0,
+    /* Acquire: another owner holds a live lease. Renew: ownership is lost
+     * (expired and taken over, or released). Stop the work; do not
+     * release. */
+    LEASE_EHELD = -1,
+    /* The service does not serve leases (gRPC UNIMPLEMENTED): switch
+     * leasing off; retrying will not help. */
+    LEASE_EUNSUPPORTED = -2,
+    /* A transient failure (storage, overload, shutdown, network): keep a
+     * lease you hold until its expiry and retry. */
+    LEASE_EUNAVAILABLE = -3,
+    /* A bad argument: empty or over-long id or owner, invalid UTF-8, a
+     * bad target. Retrying the same call will not help. */
+    LEASE_EINVAL = -4,
+    /* No answer within the deadline: the call may or may not have taken
+     * effect. Never read it as "not held". */
+    LEASE_EDEADLINE = -5,
+    LEASE_ENOMEM = -6,
+};
+
+/* A static description of err ("held by another owner", …). */
+const char *lease_strerror(int err);
+
+/* Why the calling thread's last failed call failed (a thread-local
+ * string, valid until this thread's next call); "" if none. */
+const char *lease_errmsg(void);
+
+struct lease {
+    char session_id[LEASE_SESSION_MAX + 1]; /* NUL-terminated */
+    char owner[LEASE_OWNER_MAX + 1];        /* NUL-terminated */
+    uint64_t token;    /* fencing token: >= 1, rises on every takeover */
+    int64_t expiry_ns; /* wall clock, ns since the Unix epoch */
+};
+
+struct lease_client;
+
+/* Takes session_id for owner. On LEASE_OK, *out is the lease: a takeover
+ * gets a token greater than any the session had; the same owner
+ * re-acquiring a live lease keeps its token and gets a later expiry.
+ * LEASE_EHELD: another owner holds it. Strings are borrowed. */
+int lease_acquire(struct lease_client *c, const char *session_id,
+                  const char *owner, struct lease *out);
+
+/* Extends *cur (same owner and token). On LEASE_OK, *out (which may be
+ * cur) has the same token and a strictly later expiry; this also reclaims
+ * an expired lease nobody took over. LEASE_EHELD: ownership is lost. */
+int lease_renew(struct lease_client *c, const struct lease *cur,
+                struct lease *out);
+
+/* Frees *cur if owner and token still match; otherwise does nothing and
+ * still returns LEASE_OK (release is idempotent). */
+int lease_release(struct lease_client *c, const struct lease *cur);
+
+/* Frees the client and its backend. Accepts NULL. */
+void lease_client_destroy(struct lease_client *c);
+
+/* ---- The gRPC driver ------------------------------------------------ */
+
+struct lease_grpc_options {
+    /* Deadline of each call; 0 means 5000 ms. On expiry a call returns
+     * LEASE_EDEADLINE (outcome unknown). */
+    int64_t timeout_ms;
+};
+
+/* Opens a client to the lease service at target: "HOST:PORT" with HOST a
+ * loopback address (127.0.0.0/8, [::1], localhost), or "unix:/PATH".
+ * Plaintext only, so any other host is refused with LEASE_EINVAL. opts
+ * may be NULL. Connects lazily: an unreachable server shows as
+ * LEASE_EUNAVAILABLE (or LEASE_EDEADLINE) on the first call. */
+int lease_grpc_open(const char *target, const struct lease_grpc_options *opts,
+                    struct lease_client **out);
+
+/* ---- The in-memory backend ------------------------------------------ */
+
+/* Opens an in-process lease table with the semantics of leased: leases
+ * live ttl_ns; now_ns(arg) gives the time in ns since the Unix epoch (it
+ * must never go back; NULL means CLOCK_REALTIME). Nothing is persisted. */
+int lease_memory_open(int64_t ttl_ns, int64_t (*now_ns)(void *arg),
+                      void *arg, struct lease_client **out);
+
+/* ---- Backends of your own ------------------------------------------- */
+
+/* A backend: each function has the contract of the lease_ call of the
+ * same name, gets arguments already checked (non-empty, within the size
+ * limits, valid UTF-8), and may write a reason into errmsg (len bytes).
+ * The functions must be safe to call from several threads at once. */
+struct lease_backend {
+    int (*acquire)(void *impl, const char *session_id, const char *owner,
+                   struct lease *out, char *errmsg, size_t len);
+    int (*renew)(void *impl, const struct lease *cur, struct lease *out,
+                 char *errmsg, size_t len);
+    int (*release)(void *impl, const struct lease *cur, char *errmsg,
+                   size_t len);
+    void (*destroy)(void *impl); /* may be NULL */
+};
+
+/* Wraps a backend (borrowed; it must outlive the client) and its impl
+ * (taken: destroyed with the client). NULL when out of memory. */
+struct lease_client *lease_client_create(const struct lease_backend *backend,
+                                         void *impl);
+
+/* ---- The conformance suite ------------------------------------------ */
+
+/* What the suite needs to drive a backend. */
+struct lease_conformance {
+    struct lease_client *client; /* borrowed */
+    int64_t ttl_ns;              /* the lease lifetime the backend grants */
+    /* Moves the backend's clock forward by ns: advance a fake clock, or
+     * sleep for a real one. */
+    void (*advance)(void *arg, int64_t ns);
+    void *arg;
+    /* Prefix of the session ids the suite makes up (unique ones are added
+     * to it); NULL means "conformance". */
+    const char *prefix;
+    /* Where each check's result goes ("ok …" / "FAIL …"); NULL: nowhere. */
+    FILE *report;
+};
+
+/* Runs every conformance check (the behaviours of Mecatl's suite and
+ * more: see docs/client.md) against conf->client. Returns the number of
+ * checks that failed: 0 means the backend conforms. */
+int lease_conformance_run(const struct lease_conformance *conf);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,61 @@
+/* Plaintext address rule (see addr.h). */
+#include "addr.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool is_loopback(const char *host)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (strcmp(host, "localhost") == 0)
+        return true;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6);
+    return false;
+}
+
+static int fail(char *errmsg, size_t len, const char *why)
+{
+    snprintf(errmsg, len, "%s", why);
+    return -1;
+}
+
+int addr_check_plaintext(const char *addr, char *errmsg, size_t len)
+{
+    if (strncmp(addr, "unix:", 5) == 0)
+        return addr[5] != '\0' ? 0 : fail(errmsg, len, "no socket path");
+    const char *colon = strrchr(addr, ':');
+    if (colon == NULL || colon == addr || colon[1] == '\0')
+        return fail(errmsg, len, "want HOST:PORT or unix:/PATH");
+    const char *h = addr;
+    size_t hlen = (size_t)(colon - addr);
+    if (addr[0] == '[') { /* [::1]:7443 */
+        if (colon[-1] != ']' || hlen < 3)
+            return fail(errmsg, len, "bad IPv6 address");
+        h++;
+        hlen -= 2;
+    }
+    char host[256];
+    if (hlen == 0 || hlen >= sizeof(host))
+        return fail(errmsg, len, "bad host");
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    char *end;
+    errno = 0;
+    unsigned long port = strtoul(colon + 1, &end, 10);
+    if (*end != '\0' || errno != 0 || port > 65535 || colon[1] < '0' ||
+        colon[1] > '9')
+        return fail(errmsg, len, "bad port");
+    if (!is_loopback(host))
+        return fail(errmsg, len,
+                    "not a loopback address: plaintext is allowed only on "
+                    "loopback or a unix socket");
+    return 0;
+}

@@ -1,0 +1,237 @@
+"""Shared helpers for leased's integration and interop tests (Python).
+
+Starts the real `leased` binary (path in $LEASED_BIN) in a temporary data
+directory on an ephemeral loopback port, and talks to it with Debian's
+python3-grpcio through code that protoc generates from proto/ at run time.
+
+A test file defines functions named `test_*` and ends with
+`harness.main(globals())`: `python3 FILE` runs every case, `python3 FILE
+CASE` runs one, `python3 FILE --list` lists them (meson registers one test
+per case from that list). A case passes when it
+returns; any exception fails it.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+import grpc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+PROTO = os.path.join(ROOT, "proto")
+SERVICE = "/mecatl.driver.v1.SessionLeaseService/"
+
+
+def _generate():
+    out = tempfile.mkdtemp(prefix="leased-pb2-")
+    subprocess.run(
+        ["protoc", "-I", PROTO, "--python_out=" + out,
+         "mecatl/driver/v1/session_lease.proto"],
+        check=True)
+    sys.path.insert(0, out)
+    from mecatl.driver.v1 import session_lease_pb2
+    return session_lease_pb2
+
+
+pb = _generate()
+
+
+def leased_bin():
+    path = os.environ.get("LEASED_BIN")
+    if not path:
+        raise RuntimeError("LEASED_BIN is not set (run through meson test)")
+    return path
+
+
+class Leased:
+    """One leased process. Use as a context manager, or call stop()."""
+
+    def __init__(self, data_dir=None, ttl="1s", args=(), listen="127.0.0.1:0",
+                 env=None):
+        self._tmp = None
+        if data_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="leased-test-")
+            data_dir = os.path.join(self._tmp.name, "data")
+        self.data_dir = data_dir
+        self.ttl = ttl
+        self.args = list(args)
+        self.listen = listen
+        self.env = env
+        self.proc = None
+        self.addr = None
+        self.log_path = None
+        self.log = None
+        self._channels = []
+
+    @property
+    def db_path(self):
+        return os.path.join(self.data_dir, "leased.db")
+
+    def start(self, wait=True):
+        """Starts leased; with wait, returns once it logs `listening`.
+        May be called again after stop() or kill9() to restart on the same
+        data directory (with a fresh log and a new address). ttl=None
+        passes no --ttl (e.g. to test LEASED_TTL)."""
+        if self.log is not None:
+            self.log.close()
+        fd, self.log_path = tempfile.mkstemp(prefix="leased-log-")
+        os.close(fd)
+        cmd = [leased_bin(), "--data-dir", self.data_dir]
+        if self.ttl is not None:
+            cmd += ["--ttl", self.ttl]
+        if self.listen is not None:
+            cmd += ["--listen", self.listen]
+        cmd += self.args
+        env = dict(os.environ)
+        env.update(self.env or {})
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log,
+                                     env=env)
+        if wait:
+            self.addr = self.wait_log(r"msg=listening addr=(\S+)").group(1)
+        return self
+
+    def log_text(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def wait_log(self, pattern, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = re.search(pattern, self.log_text())
+            if m:
+                return m
+            if self.proc.poll() is not None:
+                raise AssertionError("leased exited (%s) before logging %r:\n%s"
+                                     % (self.proc.returncode, pattern,
+                                        self.log_text()))
+            time.sleep(0.02)
+        raise AssertionError("timed out waiting for %r:\n%s"
+                             % (pattern, self.log_text()))
+
+    def stop(self, timeout=15.0):
+        """Closes the channels made by channel(), then SIGTERM; returns the
+        exit code. (Open idle connections delay leased's exit by seconds.)
+        """
+        self.close_channels()
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+    def kill9(self):
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+        self.close_channels()
+
+    def channel(self, options=None):
+        """A new channel to leased, closed by stop() and kill9()."""
+        ch = grpc.insecure_channel(self.addr, options=options)
+        self._channels.append(ch)
+        return ch
+
+    def close_channels(self):
+        for ch in self._channels:
+            ch.close()
+        self._channels = []
+
+    def client(self):
+        return Client(self.channel())
+
+    def __enter__(self):
+        if self.proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            if self.proc is not None and self.proc.poll() is None:
+                rc = self.stop()
+                if exc[0] is None and rc != 0:
+                    raise AssertionError("leased exited %s:\n%s"
+                                         % (rc, self.log_text()))
+        finally:
+            if self.proc is not None and self.proc.poll() is None:
+                self.kill9()
+            if self.log is not None:
+                self.log.close()
+            if self._tmp is not None:
+                self._tmp.cleanup()
+
+
+class Client:
+    """The three lease calls over one channel; errors raise grpc.RpcError."""
+
+    def __init__(self, channel, timeout=5.0):
+        self.channel = channel
+        self.timeout = timeout
+        self._acquire = channel.unary_unary(
+            SERVICE + "Acquire", pb.AcquireRequest.SerializeToString,
+            pb.LeaseResponse.FromString)
+        self._renew = channel.unary_unary(
+            SERVICE + "Renew", pb.RenewRequest.SerializeToString,
+            pb.LeaseResponse.FromString)
+        self._release = channel.unary_unary(
+            SERVICE + "Release", pb.ReleaseRequest.SerializeToString,
+            pb.ReleaseResponse.FromString)
+
+    def acquire(self, session, owner):
+        return self._acquire(pb.AcquireRequest(session_id=session, owner=owner),
+                             timeout=self.timeout).lease
+
+    def renew(self, lease):
+        return self._renew(pb.RenewRequest(lease=lease),
+                           timeout=self.timeout).lease
+
+    def release(self, lease):
+        self._release(pb.ReleaseRequest(lease=lease), timeout=self.timeout)
+
+    def raw(self, method, payload, timeout=None):
+        """Sends raw bytes to SERVICE + method (or a full path)."""
+        path = method if method.startswith("/") else SERVICE + method
+        call = self.channel.unary_unary(path)
+        return call(payload, timeout=timeout or self.timeout)
+
+
+def status_of(fn, *args):
+    """Runs fn; returns grpc.StatusCode.OK or the error's code."""
+    try:
+        fn(*args)
+        return grpc.StatusCode.OK
+    except grpc.RpcError as e:
+        return e.code()
+
+
+def expect_code(code, fn, *args):
+    got = status_of(fn, *args)
+    if got != code:
+        raise AssertionError("want %s, got %s" % (code, got))
+
+
+def main(namespace):
+    cases = {k: v for k, v in namespace.items()
+             if k.startswith("test_") and callable(v)}
+    if sys.argv[1:] == ["--list"]:
+        print("\n".join(sorted(cases)))
+        return
+    names = sys.argv[1:] or sorted(cases)
+    failed = 0
+    for name in names:
+        if name not in cases:
+            print("no such case: %s" % name)
+            failed += 1
+            continue
+        start = time.monotonic()
+        try:
+            cases[name]()
+            print("ok   %s (%.2fs)" % (name, time.monotonic() - start))
+        except Exception:
+            failed += 1
+            print("FAIL %s" % name)
+            traceback.print_exc()
+    sys.exit(1 if failed else 0)

@@ -1,0 +1,103 @@
+/* liblease's front door: argument checks, error texts, the driver's
+ * address rule and its transport errors. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "lease.h"
+
+TEST(strerror_names_every_error)
+{
+    for (int e = LEASE_ENOMEM; e <= LEASE_OK; e++)
+        CHECK(strcmp(lease_strerror(e), "unknown error") != 0);
+    CHECK_STR(lease_strerror(42), "unknown error");
+}
+
+TEST(grpc_refuses_plaintext_beyond_loopback)
+{
+    struct lease_client *c = (struct lease_client *)1;
+    CHECK_EQ_I64(lease_grpc_open("10.1.2.3:7443", NULL, &c), LEASE_EINVAL);
+    CHECK(c == NULL);
+    CHECK(strstr(lease_errmsg(), "loopback") != NULL);
+    CHECK_EQ_I64(lease_grpc_open("example.com:7443", NULL, &c),
+                 LEASE_EINVAL);
+    CHECK_EQ_I64(lease_grpc_open(NULL, NULL, &c), LEASE_EINVAL);
+}
+
+TEST(unreachable_server_is_unavailable)
+{
+    /* A port nobody listens on: bind one, close it. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    CHECK(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    close(fd);
+    char target[64];
+    snprintf(target, sizeof(target), "127.0.0.1:%d", ntohs(a.sin_port));
+    struct lease_client *c;
+    struct lease_grpc_options o = {.timeout_ms = 2000};
+    CHECK_EQ_I64(lease_grpc_open(target, &o, &c), LEASE_OK);
+    struct lease l;
+    int err = lease_acquire(c, "s", "o", &l);
+    CHECK(err == LEASE_EUNAVAILABLE || err == LEASE_EDEADLINE);
+    lease_client_destroy(c);
+}
+
+TEST(silent_server_is_deadline)
+{
+    /* Listens but never speaks HTTP/2: the outcome is unknown. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    CHECK(listen(fd, 16) == 0);
+    CHECK(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    char target[64];
+    snprintf(target, sizeof(target), "127.0.0.1:%d", ntohs(a.sin_port));
+    struct lease_client *c;
+    struct lease_grpc_options o = {.timeout_ms = 300};
+    CHECK_EQ_I64(lease_grpc_open(target, &o, &c), LEASE_OK);
+    struct lease l;
+    CHECK_EQ_I64(lease_acquire(c, "s", "o", &l), LEASE_EDEADLINE);
+    lease_client_destroy(c);
+    close(fd);
+}
+
+TEST(arguments_checked_before_any_backend)
+{
+    struct lease_client *c;
+    CHECK_EQ_I64(lease_memory_open(1000, NULL, NULL, &c), LEASE_OK);
+    struct lease l;
+    CHECK_EQ_I64(lease_acquire(c, NULL, "o", &l), LEASE_EINVAL);
+    CHECK_EQ_I64(lease_acquire(c, "s", "", &l), LEASE_EINVAL);
+    CHECK(strstr(lease_errmsg(), "owner") != NULL);
+    CHECK_EQ_I64(lease_renew(c, NULL, &l), LEASE_EINVAL);
+    CHECK_EQ_I64(lease_release(c, NULL), LEASE_EINVAL);
+    CHECK_EQ_I64(lease_memory_open(0, NULL, NULL, &c), LEASE_EINVAL);
+    lease_client_destroy(NULL);
+}
+
+TEST(renew_in_place)
+{
+    struct lease_client *c;
+    CHECK_EQ_I64(lease_memory_open(INT64_C(30000000000), NULL, NULL, &c),
+                 LEASE_OK);
+    struct lease l;
+    CHECK_EQ_I64(lease_acquire(c, "s", "o", &l), LEASE_OK);
+    int64_t before = l.expiry_ns;
+    CHECK_EQ_I64(lease_renew(c, &l, &l), LEASE_OK);
+    CHECK(l.expiry_ns > before);
+    CHECK_STR(l.session_id, "s");
+    CHECK_STR(l.owner, "o");
+    lease_client_destroy(c);
+}
+
+CHECK_MAIN(strerror_names_every_error,
+           grpc_refuses_plaintext_beyond_loopback,
+           unreachable_server_is_unavailable, silent_server_is_deadline,
+           arguments_checked_before_any_backend, renew_in_place)

@@ -1,0 +1,103 @@
+/* Configuration: durations, listen addresses, flags and environment. */
+#include <stdlib.h>
+
+#include "check.h"
+#include "config.h"
+
+#define MS INT64_C(1000000)
+
+TEST(durations)
+{
+    int64_t ns;
+    CHECK(config_parse_duration("500ms", &ns) == 0 && ns == 500 * MS);
+    CHECK(config_parse_duration("3s", &ns) == 0 && ns == 3000 * MS);
+    CHECK(config_parse_duration("1m", &ns) == 0 && ns == 60000 * MS);
+    CHECK(config_parse_duration("1h", &ns) == 0 && ns == 3600000 * MS);
+    CHECK(config_parse_duration("1m30s", &ns) == 0 && ns == 90000 * MS);
+    const char *bad[] = {"", "5", "s", "1x", "-1s", "1.5s", "1s ", "ms"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        CHECK(config_parse_duration(bad[i], &ns) != 0);
+}
+
+TEST(listen_addresses)
+{
+    char err[256];
+    const char *good[] = {"127.0.0.1:7443", "127.1.2.3:0", "[::1]:7443",
+                          "localhost:1", "unix:/tmp/x.sock"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        CHECK(config_check_listen(good[i], err, sizeof(err)) == 0);
+    const char *bad[] = {"0.0.0.0:7443", "10.0.0.1:1", "[::]:1",
+                         "example.com:1", "127.0.0.1", "127.0.0.1:",
+                         "127.0.0.1:99999", "unix:", ":7443", "[::1:1"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        CHECK(config_check_listen(bad[i], err, sizeof(err)) != 0);
+    config_check_listen("0.0.0.0:7443", err, sizeof(err));
+    CHECK(strstr(err, "loopback") != NULL);
+}
+
+static int parse(struct config *cfg, char **argv)
+{
+    int argc = 0;
+    while (argv[argc] != NULL)
+        argc++;
+    char err[256];
+    return config_parse(cfg, argc, argv, err, sizeof(err));
+}
+
+TEST(defaults)
+{
+    unsetenv("LEASED_LISTEN");
+    unsetenv("LEASED_TTL");
+    struct config cfg;
+    char *argv[] = {"leased", NULL};
+    CHECK_EQ_I64(parse(&cfg, argv), CONFIG_OK);
+    CHECK_EQ_I64(cfg.nlisten, 1);
+    CHECK_STR(cfg.listen[0], "127.0.0.1:7443");
+    CHECK_STR(cfg.data_dir, "./leased-data");
+    CHECK_EQ_I64(cfg.ttl_ns, 30000 * MS);
+}
+
+TEST(flags_win_over_environment)
+{
+    setenv("LEASED_TTL", "2s", 1);
+    setenv("LEASED_LISTEN", "127.0.0.1:1,unix:/tmp/a.sock", 1);
+    struct config cfg;
+    char *argv[] = {"leased", NULL};
+    CHECK_EQ_I64(parse(&cfg, argv), CONFIG_OK);
+    CHECK_EQ_I64(cfg.ttl_ns, 2000 * MS);
+    CHECK_EQ_I64(cfg.nlisten, 2);
+    char *argv2[] = {"leased", "--ttl", "500ms", "--listen", "[::1]:0",
+                     "--listen", "127.0.0.2:5", NULL};
+    CHECK_EQ_I64(parse(&cfg, argv2), CONFIG_OK);
+    CHECK_EQ_I64(cfg.ttl_ns, 500 * MS);
+    CHECK_EQ_I64(cfg.nlisten, 2);
+    CHECK_STR(cfg.listen[0], "[::1]:0");
+    unsetenv("LEASED_TTL");
+    unsetenv("LEASED_LISTEN");
+}
+
+TEST(bad_flags_refused)
+{
+    struct config cfg;
+    char *a1[] = {"leased", "--ttl", "50ms", NULL};
+    CHECK_EQ_I64(parse(&cfg, a1), CONFIG_ERROR);
+    char *a2[] = {"leased", "--ttl", "2h", NULL};
+    CHECK_EQ_I64(parse(&cfg, a2), CONFIG_ERROR);
+    char *a3[] = {"leased", "--bogus", NULL};
+    CHECK_EQ_I64(parse(&cfg, a3), CONFIG_ERROR);
+    char *a4[] = {"leased", "--listen", "0.0.0.0:7443", NULL};
+    CHECK_EQ_I64(parse(&cfg, a4), CONFIG_ERROR);
+    char *a5[] = {"leased", "--max-pending", "0", NULL};
+    CHECK_EQ_I64(parse(&cfg, a5), CONFIG_ERROR);
+    char *a6[] = {"leased", "--ttl", NULL};
+    CHECK_EQ_I64(parse(&cfg, a6), CONFIG_ERROR);
+    char *a7[] = {"leased", "extra", NULL};
+    CHECK_EQ_I64(parse(&cfg, a7), CONFIG_ERROR);
+    setenv("LEASED_TTL", "forever", 1);
+    char *a8[] = {"leased", NULL};
+    CHECK_EQ_I64(parse(&cfg, a8), CONFIG_ERROR);
+    unsetenv("LEASED_TTL");
+}
+
+CHECK_MAIN(durations, listen_addresses, defaults, flags_win_over_environment,
+           bad_flags_refused)

@@ -1,0 +1,332 @@
+/*
+ * The lease engine as scripts over an explicit clock: "t=0 A acquires;
+ * t=31 B acquires -> token 2". Every change is committed at once unless a
+ * case says otherwise, and the invariants are checked after each step.
+ */
+#include <stdlib.h>
+
+#include "check.h"
+#include "engine.h"
+
+#define S INT64_C(1000000000)
+#define TTL (30 * S)
+#define T0 (1000 * S) /* the engine's start */
+
+static struct engine *E;
+
+static void setup(void)
+{
+    E = engine_create(TTL, T0);
+    CHECK(E != NULL);
+}
+
+static void teardown(void)
+{
+    engine_check(E);
+    engine_destroy(E);
+    E = NULL;
+}
+
+/* Acquire at T0 + t seconds; commits; returns the result. */
+static int acq(int64_t t, const char *s, const char *o,
+               struct engine_grant *g)
+{
+    struct engine_change c;
+    struct engine_grant dummy;
+    int rc = engine_acquire(E, T0 + t * S, s, strlen(s), o, strlen(o),
+                            g != NULL ? g : &dummy, &c);
+    if (rc == ENGINE_OK)
+        engine_finish(E, &c, true);
+    engine_check(E);
+    return rc;
+}
+
+static int ren(int64_t t, const char *s, const char *o, uint64_t token,
+               struct engine_grant *g)
+{
+    struct engine_change c;
+    struct engine_grant dummy;
+    int rc = engine_renew(E, T0 + t * S, s, strlen(s), o, strlen(o), token,
+                          g != NULL ? g : &dummy, &c);
+    if (rc == ENGINE_OK)
+        engine_finish(E, &c, true);
+    engine_check(E);
+    return rc;
+}
+
+static int rel(const char *s, const char *o, uint64_t token)
+{
+    struct engine_change c;
+    int rc = engine_release(E, s, strlen(s), o, strlen(o), token, &c);
+    if (rc == ENGINE_OK)
+        engine_finish(E, &c, true);
+    engine_check(E);
+    return rc;
+}
+
+TEST(first_takeover_gets_token_one)
+{
+    setup();
+    struct engine_grant g;
+    CHECK_EQ_I64(acq(0, "s", "A", &g), ENGINE_OK);
+    CHECK_EQ_U64(g.token, 1);
+    CHECK_EQ_I64(g.expiry_ns, T0 + TTL);
+    teardown();
+}
+
+TEST(other_owner_held_until_expiry)
+{
+    setup();
+    struct engine_grant g;
+    acq(0, "s", "A", NULL);
+    CHECK_EQ_I64(acq(29, "s", "B", NULL), ENGINE_HELD);
+    CHECK_EQ_I64(acq(30, "s", "B", &g), ENGINE_OK); /* expiry is exclusive */
+    CHECK_EQ_U64(g.token, 2);
+    CHECK_EQ_I64(g.expiry_ns, T0 + 30 * S + TTL);
+    teardown();
+}
+
+TEST(same_owner_reacquire_keeps_token)
+{
+    setup();
+    struct engine_grant a, b;
+    acq(0, "s", "A", &a);
+    CHECK_EQ_I64(acq(10, "s", "A", &b), ENGINE_OK);
+    CHECK_EQ_U64(b.token, a.token);
+    CHECK_EQ_I64(b.expiry_ns, T0 + 10 * S + TTL);
+    /* After expiry the same owner takes it over anew: a new token. */
+    CHECK_EQ_I64(acq(10 + 31, "s", "A", &b), ENGINE_OK);
+    CHECK_EQ_U64(b.token, a.token + 1);
+    teardown();
+}
+
+TEST(renew_keeps_token_and_moves_expiry_strictly)
+{
+    setup();
+    struct engine_grant a, r1, r2;
+    acq(0, "s", "A", &a);
+    CHECK_EQ_I64(ren(5, "s", "A", a.token, &r1), ENGINE_OK);
+    CHECK_EQ_U64(r1.token, a.token);
+    CHECK_EQ_I64(r1.expiry_ns, T0 + 5 * S + TTL);
+    /* The same instant again: still strictly later. */
+    CHECK_EQ_I64(ren(5, "s", "A", a.token, &r2), ENGINE_OK);
+    CHECK(r2.expiry_ns > r1.expiry_ns);
+    teardown();
+}
+
+TEST(renew_reclaims_expired_lease_nobody_took)
+{
+    setup();
+    struct engine_grant a, r;
+    acq(0, "s", "A", &a);
+    CHECK_EQ_I64(ren(45, "s", "A", a.token, &r), ENGINE_OK);
+    CHECK_EQ_U64(r.token, a.token);
+    CHECK_EQ_I64(r.expiry_ns, T0 + 45 * S + TTL);
+    CHECK_EQ_I64(acq(46, "s", "B", NULL), ENGINE_HELD);
+    teardown();
+}
+
+TEST(renew_after_takeover_or_release_is_held)
+{
+    setup();
+    struct engine_grant a, b;
+    acq(0, "s", "A", &a);
+    acq(31, "s", "B", &b);
+    CHECK_EQ_I64(ren(32, "s", "A", a.token, NULL), ENGINE_HELD);
+    CHECK_EQ_I64(rel("s", "B", b.token), ENGINE_OK);
+    CHECK_EQ_I64(ren(33, "s", "B", b.token, NULL), ENGINE_HELD);
+    CHECK_EQ_I64(ren(33, "never", "B", 1, NULL), ENGINE_HELD);
+    CHECK_EQ_I64(ren(33, "s", "B", 0, NULL), ENGINE_HELD);
+    teardown();
+}
+
+TEST(release_needs_owner_and_token)
+{
+    setup();
+    struct engine_grant a, b;
+    acq(0, "s", "A", &a);
+    CHECK_EQ_I64(rel("s", "B", a.token), ENGINE_NOOP);
+    CHECK_EQ_I64(rel("s", "A", a.token + 1), ENGINE_NOOP);
+    CHECK_EQ_I64(rel("s", "A", 0), ENGINE_NOOP);
+    CHECK_EQ_I64(rel("never", "A", 1), ENGINE_NOOP);
+    CHECK_EQ_I64(acq(1, "s", "B", NULL), ENGINE_HELD);
+    CHECK_EQ_I64(rel("s", "A", a.token), ENGINE_OK);
+    CHECK_EQ_I64(rel("s", "A", a.token), ENGINE_NOOP);
+    CHECK_EQ_I64(acq(2, "s", "B", &b), ENGINE_OK);
+    CHECK_EQ_U64(b.token, a.token + 1);
+    teardown();
+}
+
+TEST(takeover_chain_tokens_rise)
+{
+    setup();
+    uint64_t last = 0;
+    for (int i = 0; i < 100; i++) {
+        struct engine_grant g;
+        char owner[16];
+        snprintf(owner, sizeof(owner), "o%d", i);
+        CHECK_EQ_I64(acq(i * 31, "s", owner, &g), ENGINE_OK);
+        CHECK(g.token > last);
+        last = g.token;
+    }
+    CHECK_EQ_U64(last, 100);
+    teardown();
+}
+
+TEST(embedded_nul_is_another_session)
+{
+    setup();
+    struct engine_grant g;
+    struct engine_change c;
+    acq(0, "alice", "A", NULL);
+    CHECK_EQ_I64(engine_acquire(E, T0, "alice\0x", 7, "B", 1, &g, &c),
+                 ENGINE_OK);
+    engine_finish(E, &c, true);
+    CHECK_EQ_I64(engine_count(E), 2);
+    teardown();
+}
+
+TEST(quarantine_holds_loaded_leases_for_a_ttl)
+{
+    setup();
+    /* Stored before the restart: held by A, expired on disk already. */
+    struct lease_row row = {"s", 1, "A", 1, 5, T0 - 10 * S};
+    CHECK_EQ_I64(engine_load(E, &row), ENGINE_OK);
+    struct lease_row released = {"r", 1, "", 0, 9, T0 - 10 * S};
+    CHECK_EQ_I64(engine_load(E, &released), ENGINE_OK);
+    struct engine_grant g;
+    CHECK_EQ_I64(acq(0, "s", "B", NULL), ENGINE_HELD);
+    CHECK_EQ_I64(acq(29, "s", "B", NULL), ENGINE_HELD);
+    /* A released row is not quarantined, and its token goes on. */
+    CHECK_EQ_I64(acq(0, "r", "B", &g), ENGINE_OK);
+    CHECK_EQ_U64(g.token, 10);
+    /* Quarantine over: the stale lease is free again. */
+    CHECK_EQ_I64(acq(30, "s", "B", &g), ENGINE_OK);
+    CHECK_EQ_U64(g.token, 6);
+    teardown();
+}
+
+TEST(quarantined_owner_can_renew)
+{
+    setup();
+    struct lease_row row = {"s", 1, "A", 1, 5, T0 - 10 * S};
+    engine_load(E, &row);
+    struct engine_grant g;
+    CHECK_EQ_I64(ren(1, "s", "A", 5, &g), ENGINE_OK);
+    CHECK_EQ_U64(g.token, 5);
+    CHECK_EQ_I64(g.expiry_ns, T0 + 1 * S + TTL);
+    CHECK_EQ_I64(acq(30, "s", "B", NULL), ENGINE_HELD); /* renewed */
+    CHECK_EQ_I64(acq(31, "s", "B", &g), ENGINE_OK);
+    CHECK_EQ_U64(g.token, 6);
+    teardown();
+}
+
+TEST(undo_restores_every_kind_of_change)
+{
+    setup();
+    struct engine_grant a, g;
+    acq(0, "s", "A", &a);
+    struct engine_change c[4];
+    /* One batch: renew A, release A, B takes over, new session t. */
+    CHECK_EQ_I64(engine_renew(E, T0 + S, "s", 1, "A", 1, a.token, &g, &c[0]),
+                 ENGINE_OK);
+    CHECK_EQ_I64(engine_release(E, "s", 1, "A", 1, a.token, &c[1]),
+                 ENGINE_OK);
+    CHECK_EQ_I64(engine_acquire(E, T0 + S, "s", 1, "B", 1, &g, &c[2]),
+                 ENGINE_OK);
+    CHECK_EQ_U64(g.token, a.token + 1);
+    CHECK(c[2].durable && c[1].durable && !c[0].durable);
+    CHECK_EQ_I64(engine_acquire(E, T0 + S, "t", 1, "B", 1, &g, &c[3]),
+                 ENGINE_OK);
+    CHECK(!c[3].has_before);
+    for (int i = 3; i >= 0; i--)
+        engine_finish(E, &c[i], false);
+    engine_check(E);
+    struct lease_row row;
+    CHECK(engine_get(E, "s", 1, &row));
+    CHECK_EQ_I64((int64_t)row.owner_len, 1);
+    CHECK(memcmp(row.owner, "A", 1) == 0);
+    CHECK_EQ_U64(row.token, a.token);
+    CHECK_EQ_I64(row.expiry_ns, a.expiry_ns);
+    CHECK(!engine_get(E, "t", 1, &row));
+    CHECK_EQ_I64(acq(2, "s", "B", NULL), ENGINE_HELD);
+    teardown();
+}
+
+TEST(collect_keeps_tokens_rising)
+{
+    setup();
+    struct engine_grant a, b, g;
+    acq(0, "rel", "A", &a);
+    rel("rel", "A", a.token);
+    acq(0, "exp", "A", &b);
+    acq(0, "live", "A", NULL);
+    struct engine_change c[8];
+    /* Nothing before the quarantine ends (start + TTL). */
+    CHECK_EQ_I64(engine_collect(E, T0 + 29 * S, c, 8), 0);
+    /* At 31 s: the released one only ("exp" expired less than a TTL). */
+    size_t n = engine_collect(E, T0 + 31 * S, c, 8);
+    CHECK_EQ_I64(n, 1);
+    CHECK(c[0].kind == ENGINE_DELETE);
+    for (size_t i = 0; i < n; i++)
+        engine_finish(E, &c[i], true);
+    CHECK_EQ_U64(engine_floor(E), a.token);
+    /* At 61 s "exp" and "live" (also expired by then) go. */
+    n = engine_collect(E, T0 + 61 * S, c, 8);
+    CHECK_EQ_I64(n, 2);
+    for (size_t i = 0; i < n; i++)
+        engine_finish(E, &c[i], true);
+    CHECK_EQ_I64(engine_count(E), 0);
+    CHECK_EQ_I64(acq(62, "rel", "B", &g), ENGINE_OK);
+    CHECK(g.token > a.token);
+    CHECK_EQ_I64(acq(62, "exp", "B", &g), ENGINE_OK);
+    CHECK(g.token > b.token);
+    teardown();
+}
+
+TEST(collect_undo_puts_entry_back)
+{
+    setup();
+    struct engine_grant a;
+    acq(0, "s", "A", &a);
+    rel("s", "A", a.token);
+    struct engine_change c[2];
+    size_t n = engine_collect(E, T0 + 31 * S, c, 2);
+    CHECK_EQ_I64(n, 1);
+    CHECK_EQ_I64(engine_count(E), 0);
+    for (size_t i = n; i-- > 0;)
+        engine_finish(E, &c[i], false);
+    CHECK_EQ_I64(engine_count(E), 1);
+    struct lease_row row;
+    CHECK(engine_get(E, "s", 1, &row));
+    CHECK_EQ_U64(row.token, a.token);
+    teardown();
+}
+
+TEST(many_sessions_grow_the_table)
+{
+    setup();
+    char id[32];
+    for (int i = 0; i < 5000; i++) {
+        snprintf(id, sizeof(id), "session-%d", i);
+        CHECK_EQ_I64(acq(0, id, "A", NULL), ENGINE_OK);
+    }
+    CHECK_EQ_I64(engine_count(E), 5000);
+    for (int i = 0; i < 5000; i += 7) {
+        snprintf(id, sizeof(id), "session-%d", i);
+        CHECK_EQ_I64(acq(1, id, "B", NULL), ENGINE_HELD);
+    }
+    teardown();
+}
+
+CHECK_MAIN(first_takeover_gets_token_one, other_owner_held_until_expiry,
+           same_owner_reacquire_keeps_token,
+           renew_keeps_token_and_moves_expiry_strictly,
+           renew_reclaims_expired_lease_nobody_took,
+           renew_after_takeover_or_release_is_held,
+           release_needs_owner_and_token, takeover_chain_tokens_rise,
+           embedded_nul_is_another_session,
+           quarantine_holds_loaded_leases_for_a_ttl,
+           quarantined_owner_can_renew, undo_restores_every_kind_of_change,
+           collect_keeps_tokens_rising, collect_undo_puts_entry_back,
+           many_sessions_grow_the_table)

@@ -1,0 +1,192 @@
+/* The SQLite store on a temporary file: conditional writes, atomic
+ * batches, the token floor, reopening, schema version, busy. */
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "store.h"
+
+static char dir[] = "/tmp/leased-store-XXXXXX";
+static char path[256];
+
+static struct store *open_store(void)
+{
+    char err[256];
+    struct store *s = NULL;
+    int rc = store_open(path, 200, &s, err, sizeof(err));
+    if (rc != STORE_OK)
+        fprintf(stderr, "store_open: %s\n", err);
+    CHECK_EQ_I64(rc, STORE_OK);
+    return s;
+}
+
+static void fresh(void)
+{
+    if (dir[strlen(dir) - 1] == 'X')
+        CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof(path), "%s/leased.db", dir);
+    unlink(path);
+    char wal[300];
+    snprintf(wal, sizeof(wal), "%s-wal", path);
+    unlink(wal);
+    snprintf(wal, sizeof(wal), "%s-shm", path);
+    unlink(wal);
+}
+
+static struct engine_change put(const char *session, const char *owner,
+                                uint64_t token, int64_t expiry)
+{
+    struct engine_change c;
+    memset(&c, 0, sizeof(c));
+    c.kind = ENGINE_PUT;
+    c.after = (struct lease_row){session, strlen(session), owner,
+                                 strlen(owner), token, expiry};
+    return c;
+}
+
+static struct engine_change update(struct engine_change prev,
+                                   const char *owner, uint64_t token,
+                                   int64_t expiry)
+{
+    struct engine_change c = put(prev.after.session, owner, token, expiry);
+    c.has_before = true;
+    c.before = prev.after;
+    return c;
+}
+
+struct loaded {
+    int n;
+    char session[8][64];
+    char owner[8][64];
+    uint64_t token[8];
+    int64_t expiry[8];
+};
+
+static int collect(void *arg, const struct lease_row *row)
+{
+    struct loaded *l = arg;
+    if (l->n == 8)
+        return -1;
+    snprintf(l->session[l->n], 64, "%.*s", (int)row->session_len,
+             row->session);
+    snprintf(l->owner[l->n], 64, "%.*s", (int)row->owner_len, row->owner);
+    l->token[l->n] = row->token;
+    l->expiry[l->n] = row->expiry_ns;
+    l->n++;
+    return 0;
+}
+
+TEST(put_update_and_reload)
+{
+    fresh();
+    struct store *s = open_store();
+    struct engine_change a = put("s1", "A", 1, 100);
+    struct engine_change b = update(a, "A", 1, 200);
+    struct engine_change c = update(b, "", 1, 200); /* released */
+    struct engine_change batch[] = {a, b, c, put("s2", "B", 4, 300)};
+    CHECK_EQ_I64(store_apply(s, batch, 4, true), STORE_OK);
+    store_close(s);
+    s = open_store();
+    struct loaded l = {0};
+    uint64_t floor = 99;
+    CHECK_EQ_I64(store_load(s, collect, &l, &floor), STORE_OK);
+    CHECK_EQ_I64(l.n, 2);
+    CHECK_EQ_U64(floor, 0);
+    CHECK_STR(l.session[0], "s1");
+    CHECK_STR(l.owner[0], "");
+    CHECK_EQ_U64(l.token[0], 1);
+    CHECK_EQ_I64(l.expiry[0], 200);
+    CHECK_STR(l.owner[1], "B");
+    CHECK_EQ_U64(l.token[1], 4);
+    store_close(s);
+}
+
+TEST(stale_condition_rolls_back_whole_batch)
+{
+    fresh();
+    struct store *s = open_store();
+    struct engine_change a = put("s1", "A", 1, 100);
+    CHECK_EQ_I64(store_apply(s, &a, 1, false), STORE_OK);
+    /* A good new row, then an update that expects a row that is not
+     * there (wrong token): nothing of the batch may stay. */
+    struct engine_change stale = update(a, "B", 2, 300);
+    stale.before.token = 7;
+    struct engine_change batch[] = {put("s2", "C", 1, 100), stale};
+    CHECK_EQ_I64(store_apply(s, batch, 2, true), STORE_ECONFLICT);
+    /* A second insert of an existing row is a conflict too. */
+    struct engine_change dup = put("s1", "Z", 9, 1);
+    CHECK_EQ_I64(store_apply(s, &dup, 1, true), STORE_ECONFLICT);
+    struct loaded l = {0};
+    uint64_t floor;
+    CHECK_EQ_I64(store_load(s, collect, &l, &floor), STORE_OK);
+    CHECK_EQ_I64(l.n, 1);
+    CHECK_STR(l.owner[0], "A");
+    /* The store still works after a failed batch. */
+    struct engine_change ok = update(a, "B", 2, 300);
+    CHECK_EQ_I64(store_apply(s, &ok, 1, true), STORE_OK);
+    store_close(s);
+}
+
+TEST(delete_raises_floor_never_lowers)
+{
+    fresh();
+    struct store *s = open_store();
+    struct engine_change a = put("s1", "A", 5, 100);
+    struct engine_change b = put("s2", "A", 3, 100);
+    struct engine_change batch[] = {a, b};
+    CHECK_EQ_I64(store_apply(s, batch, 2, true), STORE_OK);
+    struct engine_change del = {.kind = ENGINE_DELETE, .has_before = true,
+                                .before = a.after};
+    CHECK_EQ_I64(store_apply(s, &del, 1, false), STORE_OK);
+    del.before = b.after;
+    CHECK_EQ_I64(store_apply(s, &del, 1, false), STORE_OK);
+    struct loaded l = {0};
+    uint64_t floor = 0;
+    CHECK_EQ_I64(store_load(s, collect, &l, &floor), STORE_OK);
+    CHECK_EQ_I64(l.n, 0);
+    CHECK_EQ_U64(floor, 5);
+    /* Deleting a row that is not as expected fails and keeps the floor. */
+    del.before.token = 50;
+    CHECK_EQ_I64(store_apply(s, &del, 1, false), STORE_ECONFLICT);
+    CHECK_EQ_I64(store_load(s, collect, &l, &floor), STORE_OK);
+    CHECK_EQ_U64(floor, 5);
+    store_close(s);
+}
+
+TEST(newer_schema_refused)
+{
+    fresh();
+    store_close(open_store());
+    sqlite3 *db;
+    CHECK_EQ_I64(sqlite3_open(path, &db), SQLITE_OK);
+    CHECK_EQ_I64(sqlite3_exec(db, "PRAGMA user_version = 2", 0, 0, 0),
+                 SQLITE_OK);
+    sqlite3_close(db);
+    struct store *s = NULL;
+    char err[256];
+    CHECK_EQ_I64(store_open(path, 200, &s, err, sizeof(err)),
+                 STORE_EVERSION);
+    CHECK(s == NULL);
+    CHECK(strstr(err, "schema version 2") != NULL);
+}
+
+TEST(busy_database_fails_then_recovers)
+{
+    fresh();
+    struct store *s = open_store();
+    sqlite3 *db;
+    CHECK_EQ_I64(sqlite3_open(path, &db), SQLITE_OK);
+    CHECK_EQ_I64(sqlite3_exec(db, "BEGIN IMMEDIATE", 0, 0, 0), SQLITE_OK);
+    struct engine_change a = put("s1", "A", 1, 100);
+    CHECK_EQ_I64(store_apply(s, &a, 1, true), STORE_EBUSY);
+    CHECK(strlen(store_errmsg(s)) > 0);
+    CHECK_EQ_I64(sqlite3_exec(db, "ROLLBACK", 0, 0, 0), SQLITE_OK);
+    sqlite3_close(db);
+    CHECK_EQ_I64(store_apply(s, &a, 1, true), STORE_OK);
+    store_close(s);
+}
+
+CHECK_MAIN(put_update_and_reload, stale_condition_rolls_back_whole_batch,
+           delete_raises_floor_never_lowers, newer_schema_refused,
+           busy_database_fails_then_recovers)
