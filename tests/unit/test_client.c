@@ -78,7 +78,9 @@ TEST(arguments_checked_before_any_backend)
     CHECK(strstr(lease_errmsg(), "owner") != NULL);
     CHECK_EQ_I64(lease_renew(c, NULL, &l), LEASE_EINVAL);
     CHECK_EQ_I64(lease_release(c, NULL), LEASE_EINVAL);
+    lease_client_destroy(c);
     CHECK_EQ_I64(lease_memory_open(0, NULL, NULL, &c), LEASE_EINVAL);
+    CHECK(c == NULL);
     lease_client_destroy(NULL);
 }
 

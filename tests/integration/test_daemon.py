@@ -1,0 +1,1155 @@
+"""Integration tests: the real `leased` binary, one or more daemons per case.
+
+Each case starts its own daemon(s) through harness.Leased (a temporary data
+directory, an ephemeral loopback port or a unix socket) and checks one
+promise of design.md from the outside: shutdown, the data-directory lock,
+crash safety (kill -9), the restart quarantine, reclaim-on-renew, garbage
+collection and the token floor, bad input, unknown methods, concurrency,
+storage failures, the bounded hand-off queue, and configuration.
+
+Run: LEASED_BIN=build/daemon/leased /usr/bin/python3 FILE [CASE...]
+"""
+import os
+import random
+import re
+import signal
+import socket
+import sqlite3
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import grpc
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import pb, status_of, expect_code  # noqa: E402
+
+OK = grpc.StatusCode.OK
+HELD = grpc.StatusCode.FAILED_PRECONDITION
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
+UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED
+
+U64_MAX = 2**64 - 1
+
+
+# ---------------------------------------------------------------- helpers
+
+def ns(ts):
+    """A google.protobuf.Timestamp as nanoseconds since the epoch."""
+    return ts.seconds * 1_000_000_000 + ts.nanos
+
+
+def now_ns():
+    return time.time_ns()
+
+
+def own_channel(d):
+    """A channel with its own connection (gRPC Python otherwise shares one
+    subchannel among channels with the same target and arguments)."""
+    return d.channel(options=[("grpc.use_local_subchannel_pool", 1)])
+
+
+def rpc_error(fn, *args):
+    """Runs fn, which must fail; returns the grpc.RpcError."""
+    try:
+        fn(*args)
+    except grpc.RpcError as e:
+        return e
+    raise AssertionError("call succeeded, want an error")
+
+
+def expect_invalid(fn, *args):
+    """INVALID_ARGUMENT with a reason text."""
+    e = rpc_error(fn, *args)
+    assert e.code() == INVALID, "want INVALID_ARGUMENT, got %s (%s)" % (
+        e.code(), e.details())
+    assert e.details(), "INVALID_ARGUMENT without a reason"
+    return e
+
+
+def read_db(path):
+    """Returns ({session_id: (owner, token, expiry_ns)}, token_floor).
+    Works while leased runs (WAL readers do not block its writer)."""
+    con = sqlite3.connect(path, timeout=5)
+    try:
+        con.text_factory = bytes
+        rows = {}
+        for sid, owner, token, expiry in con.execute(
+                "SELECT session_id, owner, token, expiry_ns FROM leases"):
+            rows[sid.decode("utf-8", "surrogateescape")] = (
+                owner.decode("utf-8", "surrogateescape"), token, expiry)
+        floor = con.execute(
+            "SELECT value FROM meta WHERE key = 'token_floor'").fetchone()[0]
+        return rows, floor
+    finally:
+        con.close()
+
+
+class WriteLock:
+    """Holds the database's write lock from outside (BEGIN IMMEDIATE), as
+    another process would."""
+
+    def __init__(self, path):
+        self.con = sqlite3.connect(path, isolation_level=None, timeout=5)
+
+    def __enter__(self):
+        self.con.execute("BEGIN IMMEDIATE")
+        return self
+
+    def __exit__(self, *exc):
+        self.con.execute("ROLLBACK")
+        self.con.close()
+
+
+def run_threads(fns, timeout=20.0):
+    """Runs each fn in its own thread; returns their results in order and
+    re-raises the first exception."""
+    results = [None] * len(fns)
+    errors = []
+
+    def wrap(i, fn):
+        try:
+            results[i] = fn()
+        except BaseException as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=wrap, args=(i, fn), daemon=True)
+               for i, fn in enumerate(fns)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), "threads did not finish"
+    if errors:
+        raise errors[0]
+    return results
+
+
+# Hand-made protobuf: Python's protobuf refuses to serialize invalid UTF-8,
+# and malformed messages must be written by hand anyway.
+
+def varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def fbytes(num, data):
+    return varint(num << 3 | 2) + varint(len(data)) + data
+
+
+def fvarint(num, value):
+    return varint(num << 3) + varint(value)
+
+
+def b(s):
+    return s if isinstance(s, bytes) else s.encode()
+
+
+def acquire_msg(session, owner):
+    return fbytes(1, b(session)) + fbytes(2, b(owner))
+
+
+def lease_msg(session, owner, token):
+    return fbytes(1, b(session)) + fbytes(2, b(owner)) + fvarint(3, token)
+
+
+def lease_req(session, owner, token):
+    """A RenewRequest or ReleaseRequest (same shape)."""
+    return fbytes(1, lease_msg(session, owner, token))
+
+
+def raw_acquire(c, session, owner):
+    return pb.LeaseResponse.FromString(
+        c.raw("Acquire", acquire_msg(session, owner))).lease
+
+
+def raw_renew(c, session, owner, token):
+    return pb.LeaseResponse.FromString(
+        c.raw("Renew", lease_req(session, owner, token))).lease
+
+
+def raw_release(c, session, owner, token):
+    c.raw("Release", lease_req(session, owner, token))
+
+
+def lease(session, owner, token):
+    return pb.Lease(session_id=session, owner=owner, token=token)
+
+
+def check_encoder():
+    """The hand encoder agrees with protobuf's own."""
+    assert acquire_msg("s", "alice") == pb.AcquireRequest(
+        session_id="s", owner="alice").SerializeToString()
+    assert lease_req("s", "o", 300) == pb.RenewRequest(
+        lease=lease("s", "o", 300)).SerializeToString()
+    assert lease_req("s", "o", U64_MAX) == pb.ReleaseRequest(
+        lease=lease("s", "o", U64_MAX)).SerializeToString()
+
+
+def assert_still_held(c, held, intruder="intruder"):
+    """`held` (a Lease) is still its owner's: another owner is refused,
+    and the owner renews it with its token."""
+    expect_code(HELD, c.acquire, held.session_id, intruder)
+    got = c.renew(held)
+    assert got.token == held.token, (got.token, held.token)
+    assert got.owner == held.owner
+    return got
+
+
+# ---------------------------------------------------------------- shutdown
+
+def _stop_with(sig, name):
+    with harness.Leased() as d:
+        c = d.client()
+        c.acquire("s", "alice")
+        d.close_channels()
+        d.proc.send_signal(sig)
+        rc = d.proc.wait(timeout=10)
+        assert rc == 0, "exit %s:\n%s" % (rc, d.log_text())
+        log = d.log_text()
+        assert re.search(r"msg=stopping signal=%s\b" % name, log), log
+        assert "msg=stopped" in log, log
+
+
+def test_sigterm_exits_0():
+    _stop_with(signal.SIGTERM, "TERM")
+
+
+def test_sigint_exits_0():
+    _stop_with(signal.SIGINT, "INT")
+
+
+def test_sigterm_drains_inflight_call():
+    """SIGTERM while a call waits for its commit: the call is finished and
+    answered (OK once the database is free again), it is stored, and the
+    daemon exits 0."""
+    with harness.Leased(ttl="5s") as d:
+        c = d.client()
+        c.acquire("warm", "alice")
+        out = {}
+        with WriteLock(d.db_path):
+            t = threading.Thread(target=lambda: out.update(
+                code=status_of(c.acquire, "drain", "bob")))
+            t.start()
+            time.sleep(0.3)
+            d.proc.send_signal(signal.SIGTERM)
+            d.wait_log(r"msg=stopping signal=TERM")
+            time.sleep(0.5)
+            assert d.proc.poll() is None, "exited with a call in flight"
+        t.join(10)
+        assert out.get("code") == OK, out
+        d.close_channels()
+        assert d.proc.wait(timeout=15) == 0, d.log_text()
+        rows, _ = read_db(d.db_path)
+        assert rows["drain"][:2] == ("bob", 1), rows
+
+
+def test_sigterm_with_idle_connection_exits():
+    """An idle client connection (raw TCP, no HTTP/2 at all) must not keep
+    leased from exiting on SIGTERM. Bounded: exit 0 within 15 s."""
+    with harness.Leased() as d:
+        host, port = d.addr.rsplit(":", 1)
+        s = socket.create_connection((host, int(port)))
+        try:
+            time.sleep(0.1)
+            start = time.monotonic()
+            d.proc.send_signal(signal.SIGTERM)
+            rc = d.proc.wait(timeout=15)
+            took = time.monotonic() - start
+        finally:
+            s.close()
+        assert rc == 0, d.log_text()
+        print("     (exit after SIGTERM with an idle connection: %.1fs)" % took)
+
+
+# ---------------------------------------------------------------- data dir lock
+
+def test_second_daemon_same_dir_refused():
+    """A second leased on the same data directory (and the same unix
+    socket path) exits non-zero at once, says why, and the first one keeps
+    serving on its socket."""
+    with tempfile.TemporaryDirectory(prefix="leased-sock-") as tmp:
+        sock = "unix:" + os.path.join(tmp, "leased.sock")
+        with harness.Leased(listen=sock) as d1:
+            c = d1.client()
+            first = c.acquire("s", "alice")
+            d2 = harness.Leased(data_dir=d1.data_dir, listen=sock)
+            start = time.monotonic()
+            d2.start(wait=False)
+            try:
+                rc = d2.proc.wait(timeout=5)
+            finally:
+                d2.__exit__(None, None, None)
+            assert rc != 0, "second leased exited 0"
+            assert time.monotonic() - start < 3
+            log = d2.log_text()
+            want = ("data directory %s is in use by another leased (pid %d)"
+                    % (d1.data_dir, d1.proc.pid))
+            assert want in log, log
+            assert "startup_failed" in log, log
+            assert os.path.exists(sock[5:]), "the socket file was removed"
+            # The first daemon still serves, on the same socket.
+            c2 = harness.Client(d1.channel())
+            got = c2.renew(first)
+            assert got.token == first.token
+            assert c2.acquire("t", "bob").token >= 1
+            assert d1.proc.poll() is None
+
+
+# ---------------------------------------------------------------- kill -9
+
+class LoadWorker(threading.Thread):
+    """Sequential acquire/renew/release on sessions of its own (so its
+    model of what it holds is exact), recording every acknowledged result.
+    The first failed call (the crash) ends it; that call's session has an
+    unknown outcome."""
+
+    def __init__(self, d, idx, nsessions, stop):
+        super().__init__(daemon=True)
+        self.c = harness.Client(own_channel(d), timeout=5.0)
+        self.sessions = ["w%d-s%d" % (idx, i) for i in range(nsessions)]
+        self.owners = ["w%d-a" % idx, "w%d-b" % idx]
+        self.stop_ev = stop
+        self.rng = random.Random()
+        self.held = {}         # session -> Lease held (acknowledged)
+        self.acked_max = {}    # session -> highest acknowledged token
+        self.takeovers = []    # acknowledged (session, token)
+        self.releases = []     # acknowledged (session, owner, token)
+        self.released = set()  # sessions whose last acked op was a release
+        self.unknown = set()   # the session of the call the crash cut off
+        self.anomalies = []
+        self.ops = 0
+
+    def step(self, s):
+        mine = self.held.get(s)
+        r = self.rng.random()
+        if mine is None:
+            got = self.c.acquire(s, self.rng.choice(self.owners))
+            if got.token <= self.acked_max.get(s, 0):
+                self.anomalies.append(("token not raised", s, got.token))
+            self.held[s] = got
+            self.released.discard(s)
+            self.acked_max[s] = got.token
+            self.takeovers.append((s, got.token))
+        elif r < 0.1:  # the other owner tries: live, so refused
+            other = [o for o in self.owners if o != mine.owner][0]
+            try:
+                self.c.acquire(s, other)
+                self.anomalies.append(("double grant", s))
+            except grpc.RpcError as e:
+                if e.code() != HELD:
+                    raise
+        elif r < 0.6:
+            got = self.c.renew(mine)
+            if got.token != mine.token or ns(got.expiry) <= ns(mine.expiry):
+                self.anomalies.append(("bad renew", s, got.token))
+            self.held[s] = got
+        else:
+            self.c.release(mine)
+            del self.held[s]
+            self.released.add(s)
+            self.releases.append((s, mine.owner, mine.token))
+        self.ops += 1
+
+    def run(self):
+        while not self.stop_ev.is_set():
+            s = self.rng.choice(self.sessions)
+            try:
+                self.step(s)
+            except grpc.RpcError as e:
+                if e.code() == HELD:
+                    self.anomalies.append(("unexpected FAILED_PRECONDITION",
+                                           s, e.details()))
+                self.unknown.add(s)
+                return
+            except Exception as e:  # noqa: BLE001 (reported by the test)
+                self.anomalies.append(("exception", repr(e)))
+                return
+
+
+def test_kill9_mid_load_keeps_acknowledged_state():
+    """kill -9 at a random moment under load, restart on the same data:
+    every acknowledged token is still there (or a greater one), acked
+    releases stay released, leases live at the crash keep their owner
+    (others refused, the owner renews), and after the quarantine a new
+    owner gets a token above every acknowledged one."""
+    ttl_s = 2.0
+    with harness.Leased(ttl="2s") as d:
+        stop = threading.Event()
+        workers = [LoadWorker(d, i, 6, stop) for i in range(8)]
+        for w in workers:
+            w.start()
+        time.sleep(random.uniform(0.4, 1.2))
+        assert all(w.is_alive() for w in workers), "load ended before kill"
+        d.kill9()
+        crash_ns = now_ns()
+        stop.set()
+        for w in workers:
+            w.join(10)
+            assert not w.is_alive()
+        anomalies = [a for w in workers for a in w.anomalies]
+        assert not anomalies, anomalies
+        takeovers = sum(len(w.takeovers) for w in workers)
+        releases = sum(len(w.releases) for w in workers)
+        ops = sum(w.ops for w in workers)
+        assert takeovers >= 20 and releases >= 5, (takeovers, releases)
+        print("     (%d acked ops: %d takeovers, %d releases before kill -9)"
+              % (ops, takeovers, releases))
+
+        acked = {}
+        for w in workers:
+            for s, t in w.acked_max.items():
+                acked[s] = max(acked.get(s, 0), t)
+        unknown = set().union(*(w.unknown for w in workers))
+        live = {s: l for w in workers for s, l in w.held.items()
+                if s not in unknown and ns(l.expiry) > crash_ns}
+        released = {s for w in workers for s in w.released
+                    if s not in unknown}
+        assert live, "no lease was live at the crash"
+
+        # Restart: live leases keep their owner.
+        d.start()
+        c = d.client()
+        t0 = time.monotonic()
+        for s, l in sorted(live.items()):
+            expect_code(HELD, c.acquire, s, "intruder")
+        for s, l in sorted(live.items()):
+            got = c.renew(l)
+            assert got.token == l.token and got.owner == l.owner
+            assert ns(got.expiry) > ns(l.expiry)
+        assert time.monotonic() - t0 < ttl_s / 2, "checks too slow"
+        # Acknowledged releases are free at once (no quarantine).
+        for s in sorted(released)[:5]:
+            got = c.acquire(s, "after-crash")
+            assert got.token > acked[s], (s, got.token, acked[s])
+            acked[s] = got.token
+            c.release(got)
+        assert d.stop() == 0, d.log_text()
+
+        rows, floor = read_db(d.db_path)
+        for s, t in acked.items():
+            if s in rows:
+                assert rows[s][1] >= t, (s, rows[s], t)
+            else:
+                assert floor >= t, (s, floor, t)
+        for s, l in live.items():
+            assert rows[s][:2] == (l.owner, l.token), (s, rows.get(s))
+        for s in released:
+            assert s not in rows or rows[s][0] == "", (s, rows[s])
+
+        # Once every lease expired and the quarantine is over, a new
+        # owner takes every session with a greater token.
+        d.start()
+        start = time.time()
+        c = d.client()
+        max_expiry = max(r[2] for r in rows.values()) / 1e9
+        time.sleep(max(start + ttl_s, max_expiry) - time.time() + 0.3)
+        for s in sorted(acked):
+            got = c.acquire(s, "newcomer")
+            assert got.token > acked[s], (s, got.token, acked[s])
+
+
+def test_acked_release_survives_kill9():
+    """An acknowledged release is on disk: after kill -9 and a restart,
+    another owner acquires at once (no quarantine) with a greater token;
+    a lease not released stays quarantined."""
+    with harness.Leased(ttl="5s") as d:
+        c = d.client()
+        rel = {}
+        for i in range(5):
+            l = c.acquire("rel-%d" % i, "alice")
+            l = c.renew(l)
+            c.release(l)
+            rel["rel-%d" % i] = l.token
+        kept = c.acquire("kept", "alice")
+        d.kill9()
+        d.start()
+        c = d.client()
+        for s, t in sorted(rel.items()):
+            got = c.acquire(s, "bob")
+            assert got.token > t, (s, got.token, t)
+        expect_code(HELD, c.acquire, "kept", "bob")
+        assert c.renew(kept).token == kept.token
+
+
+# ---------------------------------------------------------------- quarantine
+
+def _crash_after_expiry(d, c, session="q"):
+    held = c.acquire(session, "alice")
+    d.kill9()
+    # Wait until the stored expiry has passed.
+    wait = ns(held.expiry) / 1e9 - time.time() + 0.15
+    if wait > 0:
+        time.sleep(wait)
+    assert time.time_ns() > ns(held.expiry)
+    return held
+
+
+def test_quarantine_owner_renews_after_restart():
+    """A lease held at a crash is not taken by another owner right after
+    the restart even though its stored expiry passed; its owner renews it
+    with the same token."""
+    with harness.Leased(ttl="1s") as d:
+        held = _crash_after_expiry(d, d.client())
+        d.start()
+        c = d.client()
+        assert "leases=1" in d.log_text(), d.log_text()
+        expect_code(HELD, c.acquire, "q", "bob")
+        got = c.renew(held)
+        assert got.token == held.token
+        assert ns(got.expiry) > ns(held.expiry)
+        assert ns(got.expiry) > now_ns()
+        expect_code(HELD, c.acquire, "q", "bob")
+
+
+def test_quarantine_ends_after_ttl():
+    """Without a renewal, the other owner gets the lease after start +
+    TTL, with a greater token."""
+    with harness.Leased(ttl="1s") as d:
+        held = _crash_after_expiry(d, d.client())
+        before = time.monotonic()
+        d.start()
+        c = d.client()
+        expect_code(HELD, c.acquire, "q", "bob")
+        assert time.monotonic() - before < 0.9, "too slow to see quarantine"
+        time.sleep(max(0.0, before + 1.0 + 0.25 - time.monotonic()))
+        got = c.acquire("q", "bob")
+        assert got.token > held.token, (got.token, held.token)
+        expect_code(HELD, c.renew, held)
+
+
+# ---------------------------------------------------------------- reclaim
+
+def test_reclaim_on_renew_after_expiry():
+    with harness.Leased(ttl="500ms") as d:
+        c = d.client()
+        l = c.acquire("r", "alice")
+        time.sleep(0.7)
+        assert now_ns() > ns(l.expiry)
+        got = c.renew(l)
+        assert got.token == l.token
+        assert ns(got.expiry) > ns(l.expiry)
+        assert ns(got.expiry) > now_ns()
+        # Reclaimed, so live again: another owner is refused.
+        expect_code(HELD, c.acquire, "r", "bob")
+
+
+def test_renew_after_expiry_and_takeover_fails():
+    with harness.Leased(ttl="500ms") as d:
+        c = d.client()
+        old = c.acquire("r", "alice")
+        time.sleep(0.7)
+        new = c.acquire("r", "bob")
+        assert new.token > old.token
+        expect_code(HELD, c.renew, old)
+        # Same owner as the new holder but the old token: still lost.
+        expect_code(HELD, c.renew, lease("r", "bob", old.token))
+        c.release(old)  # a no-op
+        assert_still_held(c, new, intruder="alice")
+
+
+# ---------------------------------------------------------------- GC
+
+def _wait_collected(path, session, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows, floor = read_db(path)
+        if session not in rows:
+            return rows, floor
+        time.sleep(0.1)
+    raise AssertionError("%r not collected in %.0fs: %r"
+                         % (session, timeout, rows.get(session)))
+
+
+def test_gc_keeps_tokens_monotonic():
+    """Garbage collection deletes released and long-expired rows but
+    raises the token floor, so a later acquire gets a greater token, also
+    after a restart."""
+    with harness.Leased(ttl="500ms") as d:
+        c = d.client()
+        tokens = []
+        for owner in ["a", "b", "a", "c"]:
+            l = c.acquire("g", owner)
+            tokens.append(l.token)
+            c.release(l)
+        assert tokens == sorted(set(tokens)), tokens
+        exp = c.acquire("x", "a")  # left to expire, then collected
+        rows, floor = _wait_collected(d.db_path, "g")
+        assert floor >= tokens[-1], (floor, tokens)
+        rows, floor = _wait_collected(d.db_path, "x")
+        assert floor >= exp.token
+        assert "msg=commit_failed" not in d.log_text()
+
+        got = c.acquire("g", "d")
+        assert got.token > max(tokens), (got.token, tokens)
+        tokens.append(got.token)
+        c.release(got)
+        _wait_collected(d.db_path, "g")
+        assert d.stop() == 0
+
+        d.start()
+        assert re.search(r"msg=loaded leases=0 token_floor=%d\b"
+                         % tokens[-1], d.log_text()), d.log_text()
+        got = d.client().acquire("g", "e")
+        assert got.token > max(tokens), (got.token, tokens)
+
+
+# ---------------------------------------------------------------- bad input
+
+def _bad_input_daemon():
+    d = harness.Leased(ttl="30s")
+    d.start()
+    return d
+
+
+def _finish_bad_input(d, c, held, fresh_sessions, expected_rows):
+    """Nothing changed: the held lease is still its owner's, sessions named
+    in bad calls were never created (a new owner gets token 1), the
+    database holds exactly the expected rows; and the daemon serves."""
+    rows, _ = read_db(d.db_path)
+    assert set(rows) == set(expected_rows), sorted(rows)
+    for s in fresh_sessions:
+        assert c.acquire(s, "fresh-owner").token == 1, s
+    assert_still_held(c, held)
+    assert d.proc.poll() is None
+
+
+def test_bad_input_lengths():
+    check_encoder()
+    with _bad_input_daemon() as d:
+        c = d.client()
+        held = c.acquire("keep", "alice")
+        snap = read_db(d.db_path)
+        s513, o257 = "s" * 513, "o" * 257
+        for sess, owner in [("", "alice"), ("ghost", ""), ("", ""),
+                            (s513, "alice"), ("ghost", o257),
+                            ("keep", o257), ("é" * 257, "alice"),
+                            ("ghost", "é" * 128 + "a")]:
+            expect_invalid(raw_acquire, c, sess, owner)
+            # Omitted fields (proto3 default) are blank too.
+        expect_invalid(c.raw, "Acquire", b"")
+        expect_invalid(c.raw, "Acquire", fbytes(1, b"ghost"))
+        expect_invalid(c.raw, "Acquire", fbytes(2, b"alice"))
+        for sess, owner, tok in [("", "alice", held.token),
+                                 ("keep", "", held.token),
+                                 (s513, "alice", 1),
+                                 ("keep", o257, held.token),
+                                 ("keep", "alice" + "x" * 252, held.token)]:
+            expect_invalid(raw_renew, c, sess, owner, tok)
+            expect_invalid(raw_release, c, sess, owner, tok)
+        assert read_db(d.db_path) == snap, "a bad call changed the database"
+        # Exactly at the limits: fine (bytes, not characters, count).
+        for sess, owner in [("s" * 512, "o" * 256),
+                            ("é" * 256, "ö" * 128),
+                            ("😀" * 128, "€" * 85 + "x")]:
+            got = raw_acquire(c, sess, owner)
+            assert got.session_id == sess and got.owner == owner
+            assert got.token == 1
+            assert c.renew(got).token == 1
+            c.release(got)
+        expected = {"keep", "s" * 512, "é" * 256, "😀" * 128}
+        _finish_bad_input(d, c, held, ["ghost"], expected)
+
+
+BAD_UTF8 = [
+    b"\xff", b"\xfe", b"\x80", b"ab\xbfcd",
+    b"\xc0\xaf",              # overlong '/'
+    b"\xc1\xbf",              # overlong
+    b"\xe0\x80\xaf",          # overlong, 3 bytes
+    b"\xf0\x80\x80\xaf",      # overlong, 4 bytes
+    b"\xed\xa0\x80",          # lone high surrogate U+D800
+    b"\xed\xbf\xbf",          # lone low surrogate U+DFFF
+    b"\xed\xa0\xbd\xed\xb8\x80",  # surrogate pair in CESU-8
+    b"\xf4\x90\x80\x80",      # U+110000
+    b"\xf8\x88\x80\x80\x80",  # 5-byte form
+    b"\xc3",                  # truncated at the end
+    b"abc\xe2\x82",           # truncated at the end
+    b"\xe2\x82abc",           # truncated in the middle
+]
+
+GOOD_UTF8 = [
+    b"\xed\x9f\xbf",          # U+D7FF
+    b"\xee\x80\x80",          # U+E000
+    b"\xf4\x8f\xbf\xbf",      # U+10FFFF
+    b"\xc2\x80",              # U+0080
+    "ünï-€-😀".encode(),
+]
+
+
+def test_bad_input_invalid_utf8():
+    with _bad_input_daemon() as d:
+        c = d.client()
+        held = c.acquire("keep", "alice")
+        snap = read_db(d.db_path)
+        for bad in BAD_UTF8:
+            expect_invalid(raw_acquire, c, b"s-" + bad, b"alice")
+            expect_invalid(raw_acquire, c, b"ghost", b"o-" + bad)
+            expect_invalid(raw_acquire, c, b"keep", b"alice" + bad)
+            for fn in (raw_renew, raw_release):
+                expect_invalid(fn, c, b"keep" + bad, b"alice", held.token)
+                expect_invalid(fn, c, b"keep", b"alice" + bad, held.token)
+                expect_invalid(fn, c, bad, b"alice", held.token)
+        assert read_db(d.db_path) == snap, "a bad call changed the database"
+        expected = {"keep"}
+        for i, good in enumerate(GOOD_UTF8):
+            got = raw_acquire(c, b"u-" + good, b"o-" + good)
+            assert got.session_id.encode() == b"u-" + good
+            assert got.owner.encode() == b"o-" + good
+            assert raw_renew(c, b"u-" + good, b"o-" + good,
+                             got.token).token == got.token
+            expected.add(got.session_id)
+        _finish_bad_input(d, c, held, ["ghost", "s-"], expected)
+
+
+def test_bad_input_embedded_nul():
+    """"alice\\0x" is refused, never taken for "alice"."""
+    with _bad_input_daemon() as d:
+        c = d.client()
+        held = c.acquire("keep", "alice")
+        snap = read_db(d.db_path)
+        for owner in [b"alice\0x", b"alice\0", b"\0alice", b"\0"]:
+            expect_invalid(raw_acquire, c, b"keep", owner)
+            expect_invalid(raw_renew, c, b"keep", owner, held.token)
+            expect_invalid(raw_release, c, b"keep", owner, held.token)
+            expect_invalid(raw_acquire, c, b"ghost", owner)
+        for sess in [b"keep\0x", b"keep\0", b"\0keep", b"ghost\0"]:
+            expect_invalid(raw_acquire, c, sess, b"alice")
+            expect_invalid(raw_renew, c, sess, b"alice", held.token)
+            expect_invalid(raw_release, c, sess, b"alice", held.token)
+        # Python's own protobuf sends NULs as well: same answer.
+        expect_invalid(c.acquire, "keep", "alice\0x")
+        expect_invalid(c.release, lease("keep", "alice\0x", held.token))
+        assert read_db(d.db_path) == snap, "a bad call changed the database"
+        _finish_bad_input(d, c, held, ["ghost"], {"keep"})
+
+
+def test_bad_input_missing_lease():
+    with _bad_input_daemon() as d:
+        c = d.client()
+        held = c.acquire("keep", "alice")
+        snap = read_db(d.db_path)
+        for method in ("Renew", "Release"):
+            expect_invalid(c.raw, method, b"")
+            expect_invalid(c.raw, method, fvarint(2, 5))  # unknown field only
+            expect_invalid(c.raw, method, fbytes(1, b""))  # empty lease
+            expect_invalid(c.raw, method, fbytes(1, fvarint(3, held.token)))
+            expect_invalid(c.raw, method, fbytes(1, fbytes(1, b"keep") +
+                                                 fvarint(3, held.token)))
+            expect_invalid(c.raw, method, fbytes(1, fbytes(2, b"alice") +
+                                                 fvarint(3, held.token)))
+        expect_invalid(c.renew, pb.Lease())
+        e = expect_invalid(c._renew, pb.RenewRequest())
+        assert "lease" in e.details(), e.details()
+        e = expect_invalid(c._release, pb.ReleaseRequest())
+        assert "lease" in e.details(), e.details()
+        assert read_db(d.db_path) == snap, "a bad call changed the database"
+        _finish_bad_input(d, c, held, [], {"keep"})
+
+
+def test_bad_input_malformed_protobuf():
+    with _bad_input_daemon() as d:
+        c = d.client()
+        held = c.acquire("keep", "alice")
+        snap = read_db(d.db_path)
+        good = lease_msg("keep", "alice", held.token)
+        acquire_bad = [
+            b"\x8a",                              # truncated tag varint
+            b"\x0a\x85",                          # truncated length varint
+            b"\x0a\x05ke",                        # length past the end
+            acquire_msg("ghost", "alice") + b"\x12\x10abc",
+            b"\x08\x01" + fbytes(2, b"alice"),     # field 1 as a varint
+            b"\x0d\x00\x00\x00\x00" + fbytes(2, b"alice"),  # as fixed32
+            fbytes(1, b"ghost") + b"\x11" + b"\0" * 8,      # owner as fixed64
+            fbytes(1, b"ghost") + fbytes(2, b"alice") + b"\x0f",  # wire type 7
+            fbytes(1, b"ghost") + fbytes(2, b"alice") + b"\x18\xff\xff",
+        ]
+        for m in acquire_bad:
+            e = expect_invalid(c.raw, "Acquire", m)
+            assert "malformed" in e.details(), (m, e.details())
+        lease_bad = [
+            b"\x0a",                          # lease tag, no length
+            b"\x0a\xff",                      # truncated length varint
+            b"\x0a\x40" + good,               # lease length past the end
+            b"\x08\x05",                      # lease as a varint
+            b"\x0d\x01\x02\x03\x04",          # lease as fixed32
+            fbytes(1, good + b"\x18\xff"),    # truncated token varint
+            fbytes(1, good + fbytes(3, b"\x07")),   # token length-delimited
+            fbytes(1, b"\x08\x01" + good),    # session_id as a varint
+            fbytes(1, good[:-3]) + b"\x00",   # nested length past the end
+            fbytes(1, good + b"\x22\x05\x08"),  # expiry past the end
+            fbytes(1, good + fbytes(4, b"\x08")),  # truncated expiry seconds
+            good,  # a bare Lease where a RenewRequest belongs
+        ]
+        for method in ("Renew", "Release"):
+            for m in lease_bad:
+                e = expect_invalid(c.raw, method, m)
+                assert e.details(), m
+        assert read_db(d.db_path) == snap, "a bad call changed the database"
+        _finish_bad_input(d, c, held, ["ghost"], {"keep"})
+
+
+def test_bad_input_token_extremes():
+    """Token 0, 2^63, 2^64-1 and wrong tokens: Renew FAILED_PRECONDITION,
+    Release OK but nothing freed."""
+    with _bad_input_daemon() as d:
+        c = d.client()
+        held = c.acquire("keep", "alice")
+        snap = read_db(d.db_path)
+        for tok in [0, 2**63, U64_MAX, held.token + 1, 2**32 + held.token]:
+            e = rpc_error(c.renew, lease("keep", "alice", tok))
+            assert e.code() == HELD, (tok, e.code(), e.details())
+            c.release(lease("keep", "alice", tok))
+            expect_code(HELD, c.renew, lease("ghost", "alice", tok))
+            c.release(lease("ghost", "alice", tok))
+            expect_code(HELD, c.acquire, "keep", "bob")
+        # Someone else's release, right token: also nothing.
+        c.release(lease("keep", "bob", held.token))
+        assert read_db(d.db_path) == snap, "a bad call changed the database"
+        _finish_bad_input(d, c, held, ["ghost"], {"keep"})
+        # The right token still works after all that.
+        c.release(held)
+        assert c.acquire("keep", "bob").token == held.token + 1
+
+
+def test_bad_input_oversized_message():
+    with _bad_input_daemon() as d:
+        c = d.client()
+        held = c.acquire("keep", "alice")
+        snap = read_db(d.db_path)
+        big = b"x" * (70 * 1024)
+        e = rpc_error(raw_acquire, c, big, b"alice")
+        assert e.code() == EXHAUSTED, (e.code(), e.details())
+        e = rpc_error(raw_renew, c, b"keep", b"alice" + big, held.token)
+        assert e.code() == EXHAUSTED, (e.code(), e.details())
+        e = rpc_error(raw_release, c, b"keep", b"alice" + big, held.token)
+        assert e.code() == EXHAUSTED, (e.code(), e.details())
+        # Just under 64 KiB: gRPC lets it through, the codec refuses it.
+        expect_invalid(raw_acquire, c, b"y" * 60000, b"alice")
+        expect_invalid(raw_renew, c, b"keep", b"a" * 60000, held.token)
+        # Unknown fields are skipped (proto3): a valid message with a
+        # 60 KB unknown field still works.
+        got = pb.LeaseResponse.FromString(c.raw(
+            "Renew", lease_req("keep", "alice", held.token) +
+            fbytes(9, b"z" * 60000))).lease
+        assert got.token == held.token
+        rows, _ = read_db(d.db_path)
+        assert set(rows) == set(snap[0])
+        _finish_bad_input(d, c, held, ["ghost"], {"keep"})
+
+
+def test_garbage_on_port_keeps_serving():
+    with harness.Leased() as d:
+        c = d.client()
+        held = c.acquire("keep", "alice")
+        host, port = d.addr.rsplit(":", 1)
+        for junk in [b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+                     bytes(random.Random(1).randrange(256)
+                           for _ in range(4096)),
+                     b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\xff" * 64]:
+            s = socket.create_connection((host, int(port)))
+            try:
+                s.settimeout(2)
+                s.sendall(junk)
+                try:
+                    s.recv(1024)
+                except (socket.timeout, ConnectionError):
+                    pass
+            finally:
+                s.close()
+        assert_still_held(c, held)
+        assert c.acquire("other", "bob").token == 1
+
+
+# ---------------------------------------------------------------- unknown
+
+def test_unknown_methods_unimplemented_promptly():
+    with harness.Leased() as d:
+        c = d.client()
+        paths = ["/mecatl.driver.v1.SessionStoreService/Get",
+                 "/foo.Bar/Baz",
+                 "/mecatl.driver.v1.SessionLeaseService/Get",
+                 "/grpc.health.v1.Health/Watch"]
+        for path in paths:
+            start = time.monotonic()
+            e = rpc_error(c.raw, path, b"\x0a\x01x", 10.0)
+            took = time.monotonic() - start
+            assert e.code() == UNIMPLEMENTED, (path, e.code())
+            assert took < 2.0, (path, took)
+        # More at once than the daemon keeps armed for unknown methods.
+        start = time.monotonic()
+        codes = run_threads([lambda p=p: status_of(c.raw, p, b"", 10.0)
+                             for p in paths * 4])
+        assert set(codes) == {UNIMPLEMENTED}, codes
+        assert time.monotonic() - start < 2.0
+        assert c.acquire("s", "alice").token == 1
+
+
+# ---------------------------------------------------------------- concurrency
+
+def test_64_parallel_clients():
+    with harness.Leased(ttl="5s") as d:
+        n = 64
+        clients = [harness.Client(own_channel(d)) for _ in range(n)]
+        barrier = threading.Barrier(n)
+
+        def work(i):
+            c = clients[i]
+            barrier.wait(10)
+            l = c.acquire("par-%d" % i, "owner-%d" % i)
+            assert l.token >= 1 and l.session_id == "par-%d" % i
+            r = c.renew(l)
+            assert r.token == l.token and ns(r.expiry) > ns(l.expiry)
+            c.release(r)
+            again = c.acquire("par-%d" % i, "other-%d" % i)
+            assert again.token > l.token
+            return l.token
+
+        tokens = run_threads([lambda i=i: work(i) for i in range(n)])
+        assert len(tokens) == n
+        rows, _ = read_db(d.db_path)
+        assert len(rows) == n
+        assert all(rows["par-%d" % i][0] == "other-%d" % i for i in range(n))
+
+
+def test_32_owners_race_for_one_session():
+    with harness.Leased(ttl="5s") as d:
+        n = 32
+        clients = [harness.Client(own_channel(d)) for _ in range(n)]
+        last = 0
+        for rnd in range(4):
+            barrier = threading.Barrier(n)
+
+            def attempt(i):
+                barrier.wait(10)
+                try:
+                    return OK, clients[i].acquire("hot", "racer-%d" % i)
+                except grpc.RpcError as e:
+                    return e.code(), None
+
+            results = run_threads([lambda i=i: attempt(i) for i in range(n)])
+            wins = [l for code, l in results if code == OK]
+            codes = [code for code, _ in results]
+            assert len(wins) == 1, (rnd, codes)
+            assert codes.count(HELD) == n - 1, (rnd, codes)
+            win = wins[0]
+            assert win.token > last, (rnd, win.token, last)
+            last = win.token
+            # Every loser is still refused; the winner holds it.
+            for i in range(n):
+                if "racer-%d" % i != win.owner:
+                    expect_code(HELD, clients[i].acquire, "hot",
+                                "racer-%d" % i)
+            assert clients[0].renew(win).token == win.token
+            clients[0].release(win)
+
+
+# ---------------------------------------------------------------- storage
+
+def test_storage_failure_unavailable_then_recovers():
+    """The database locked by another process past the busy timeout: the
+    calls get UNAVAILABLE, nothing is stored or changed, and the daemon
+    recovers once the lock is gone."""
+    with harness.Leased(ttl="5s") as d:
+        c = d.client()
+        renewed = c.acquire("renewed", "carol")
+        freed = c.acquire("freed", "dave")
+        snap = read_db(d.db_path)
+        with WriteLock(d.db_path):
+            start = time.monotonic()
+            codes = run_threads([
+                lambda: status_of(c.acquire, "s", "alice"),
+                lambda: status_of(c.renew, renewed),
+                lambda: status_of(c.release, freed),
+            ])
+            took = time.monotonic() - start
+            time.sleep(max(0.0, 3.0 - took))
+        assert codes == [UNAVAILABLE] * 3, codes
+        assert took >= 1.9, took  # the busy timeout was waited out
+        assert read_db(d.db_path) == snap
+        log = d.log_text()
+        assert re.search(r"level=warn msg=commit_failed changes=\d+ error=",
+                         log), log
+        assert "msg=storage_recovered" not in log
+        # The failed acquire stored nothing: another owner gets token 1.
+        got = c.acquire("s", "bob")
+        assert got.token == 1, got.token
+        d.wait_log(r"msg=storage_recovered", timeout=2)
+        # The failed renew and release changed nothing either.
+        assert c.renew(renewed).token == renewed.token
+        expect_code(HELD, c.acquire, "freed", "erin")
+        assert c.renew(freed).token == freed.token
+        expect_code(HELD, c.acquire, "s", "alice")
+        assert d.stop() == 0
+        rows, _ = read_db(d.db_path)
+        assert rows["s"][:2] == ("bob", 1), rows
+
+
+def test_full_queue_resource_exhausted():
+    with harness.Leased(ttl="5s", args=["--max-pending", "2"]) as d:
+        n = 20
+        clients = [harness.Client(own_channel(d), timeout=10)
+                   for _ in range(n)]
+        clients[0].acquire("warm", "w")
+        with WriteLock(d.db_path):
+            barrier = threading.Barrier(n)
+
+            def call(i):
+                barrier.wait(10)
+                start = time.monotonic()
+                code = status_of(clients[i].acquire, "q-%d" % i, "alice")
+                return code, time.monotonic() - start
+
+            results = run_threads([lambda i=i: call(i) for i in range(n)],
+                                  timeout=30)
+        codes = [code for code, _ in results]
+        assert OK not in codes, codes
+        assert codes.count(EXHAUSTED) >= 1, codes
+        assert set(codes) <= {EXHAUSTED, UNAVAILABLE}, codes
+        assert codes.count(UNAVAILABLE) <= 2 * 2, codes
+        # Refusals are immediate, not after the busy timeout.
+        assert min(t for code, t in results if code == EXHAUSTED) < 1.0
+        # Afterwards it serves normally, and nothing was stored.
+        for i in range(n):
+            assert clients[0].acquire("q-%d" % i, "bob").token == 1, i
+        rows, _ = read_db(d.db_path)
+        assert len(rows) == n + 1
+
+
+# ---------------------------------------------------------------- config
+
+def run_leased(args, env=None, cwd=None, timeout=10):
+    full_env = dict(os.environ)
+    for k in list(full_env):
+        if k.startswith("LEASED_") and k != "LEASED_BIN":
+            del full_env[k]
+    full_env.update(env or {})
+    return subprocess.run([harness.leased_bin()] + args, env=full_env,
+                          cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_config_help_and_version():
+    r = run_leased(["--help"])
+    assert r.returncode == 0, r
+    assert "--listen" in r.stdout and "--ttl" in r.stdout, r.stdout
+    r = run_leased(["--version"])
+    assert r.returncode == 0, r
+    assert re.match(r"leased \d+\.\d+\.\d+", r.stdout), r.stdout
+
+
+def test_config_errors_exit_2():
+    with tempfile.TemporaryDirectory(prefix="leased-cfg-") as tmp:
+        data = os.path.join(tmp, "data")
+        cases = [
+            (["--bogus"], "--bogus"),
+            (["--ttl", "50ms"], "50ms"),
+            (["--ttl", "2h"], "2h"),
+            (["--ttl", "abc"], "abc"),
+            (["--ttl", "0s"], "0s"),
+            (["--ttl"], "--ttl"),
+            (["--listen", "0.0.0.0:7443"], "loopback"),
+            (["--listen", "8.8.8.8:1"], "loopback"),
+            (["--listen", "[::]:7443"], "loopback"),
+            (["--listen", "example.com:7443"], "loopback"),
+            (["--listen", "127.0.0.1:99999"], "port"),
+            (["--listen", "unix:"], "unix"),
+            (["--log-level", "loud"], "loud"),
+            (["--max-pending", "0"], "max-pending"),
+            (["--max-pending", "-1"], "max-pending"),
+            (["stray"], "stray"),
+        ]
+        for args, word in cases:
+            r = run_leased(["--data-dir", data, "--listen", "127.0.0.1:0"]
+                           + args, cwd=tmp)
+            assert r.returncode == 2, (args, r.returncode, r.stderr)
+            assert word in r.stderr, (args, r.stderr)
+            assert not os.path.exists(data), args
+        for env, word in [({"LEASED_TTL": "abc"}, "LEASED_TTL"),
+                          ({"LEASED_LISTEN": "10.0.0.1:7443"}, "loopback"),
+                          ({"LEASED_MAX_PENDING": "x"}, "LEASED_MAX_PENDING")]:
+            r = run_leased(["--data-dir", data], env=env, cwd=tmp)
+            assert r.returncode == 2, (env, r.returncode, r.stderr)
+            assert word in r.stderr, (env, r.stderr)
+            assert not os.path.exists(data), env
+
+
+def _expiry_in(d):
+    c = d.client()
+    before = now_ns()
+    l = c.acquire("ttl", "alice")
+    return (ns(l.expiry) - before) / 1e9
+
+
+def test_config_env_ttl_and_flag_precedence():
+    with harness.Leased(ttl=None, env={"LEASED_TTL": "3s"}) as d:
+        left = _expiry_in(d)
+        assert 2.5 < left <= 3.2, left
+        assert "ttl_ms=3000" in d.log_text()
+    with harness.Leased(ttl="1s", env={"LEASED_TTL": "3s"}) as d:
+        left = _expiry_in(d)
+        assert 0.5 < left <= 1.2, left
+
+
+def test_config_env_listen():
+    with harness.Leased(listen=None,
+                        env={"LEASED_LISTEN": "127.0.0.1:0,127.0.0.2:0"}) as d:
+        addrs = re.findall(r"msg=listening addr=(\S+)", d.log_text())
+        d.wait_log(r"msg=started")
+        addrs = re.findall(r"msg=listening addr=(\S+)", d.log_text())
+        assert len(addrs) == 2 and addrs[1].startswith("127.0.0.2:"), addrs
+        c1 = d.client()
+        l = c1.acquire("s", "alice")
+        d.addr = addrs[1]
+        c2 = d.client()
+        expect_code(HELD, c2.acquire, "s", "bob")
+        assert c2.renew(l).token == l.token
+
+
+def test_config_unix_socket():
+    with tempfile.TemporaryDirectory(prefix="leased-sock-") as tmp:
+        path = os.path.join(tmp, "leased.sock")
+        with harness.Leased(listen="unix:" + path) as d:
+            assert d.addr == "unix:" + path, d.addr
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+            assert stat.S_ISSOCK(os.stat(path).st_mode)
+            assert mode == 0o660, oct(mode)
+            c = d.client()
+            l = c.acquire("s", "alice")
+            assert c.renew(l).token == l.token
+            c.release(l)
+            assert c.acquire("s", "bob").token == l.token + 1
+
+
+def test_config_ipv6_loopback():
+    try:
+        s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        try:
+            s.bind(("::1", 0))
+        finally:
+            s.close()
+    except OSError as e:
+        print("     SKIP: cannot bind [::1]: %s" % e)
+        return
+    with harness.Leased(listen="[::1]:0") as d:
+        assert d.addr.startswith("[::1]:"), d.addr
+        c = d.client()
+        l = c.acquire("s", "alice")
+        assert l.token == 1
+        assert c.renew(l).token == 1
+
+
+harness.main(globals())
