@@ -1,0 +1,79 @@
+"""Wall-clock steps do not move expiry while leased runs.
+
+leased runs under libfaketime (Debian's libfaketime), whose wall clock the
+test steps by an hour forward and back through FAKETIME_TIMESTAMP_FILE,
+while CLOCK_MONOTONIC stays real (FAKETIME_DONT_FAKE_MONOTONIC). A daemon
+that decided expiry on the wall clock would hand a live lease to another
+owner after the forward step, and keep an expired one for an hour after
+the backward step.
+"""
+import os
+import tempfile
+import time
+
+import grpc
+
+import harness
+
+FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+TTL = 1.0
+
+
+def stepped_daemon():
+    rc = tempfile.NamedTemporaryFile("w", prefix="leased-faketime-",
+                                     delete=False)
+    rc.write("+0\n")
+    rc.close()
+    env = {
+        "LD_PRELOAD": FAKETIME,
+        "FAKETIME_TIMESTAMP_FILE": rc.name,
+        "FAKETIME_NO_CACHE": "1",
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        # The sanitizer build wants its runtime first; libfaketime only
+        # wraps libc's clock calls.
+        "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
+                        ":verify_asan_link_order=0",
+    }
+    d = harness.Leased(ttl="1s", env=env)
+    d.rc_path = rc.name
+    return d
+
+
+def step(d, offset):
+    with open(d.rc_path, "w") as f:
+        f.write(offset + "\n")
+
+
+def test_forward_step_does_not_expire_leases():
+    with stepped_daemon() as d:
+        c = d.client()
+        a = c.acquire("s", "A")
+        step(d, "+1h")
+        time.sleep(0.1)
+        # Still live: the daemon's clock did not jump.
+        harness.expect_code(grpc.StatusCode.FAILED_PRECONDITION,
+                            c.acquire, "s", "B")
+        r = c.renew(a)
+        assert r.token == a.token
+        # Expiry on the wire stays on the daemon's clock, not an hour on.
+        assert r.expiry.seconds - a.expiry.seconds < 60, (a.expiry, r.expiry)
+        fresh = c.acquire("t", "A")
+        assert abs(fresh.expiry.seconds - (time.time() + TTL)) < 30, fresh
+        os.unlink(d.rc_path)
+
+
+def test_backward_step_does_not_extend_leases():
+    with stepped_daemon() as d:
+        c = d.client()
+        a = c.acquire("s", "A")
+        step(d, "-1h")
+        time.sleep(TTL * 1.3)
+        # Expired in real time, whatever the wall clock says now.
+        b = c.acquire("s", "B")
+        assert b.token > a.token
+        harness.expect_code(grpc.StatusCode.FAILED_PRECONDITION,
+                            c.renew, a)
+        os.unlink(d.rc_path)
+
+
+harness.main(globals())
