@@ -50,7 +50,10 @@ enum rpc_state { RPC_ARMED, RPC_UNKNOWN, RPC_AT_LOOP, RPC_READY, RPC_SENDING };
 struct rpc {
     struct request req; /* first: the loop sees only this */
     struct frontend *fe;
-    enum rpc_state state;
+    /* Atomic so that the hand-back from the loop (frontend_reply) orders
+     * the loop's writes to req before the CQ thread reads them in a way
+     * ThreadSanitizer can see; gRPC's queue orders them too. */
+    _Atomic enum rpc_state state;
     grpc_call *call;
     gpr_timespec deadline;
     grpc_metadata_array metadata;
@@ -322,14 +325,12 @@ static void *cq_thread(void *arg)
         }
     }
     grpc_server_destroy(fe->server);
-    fe->server = NULL;
     grpc_completion_queue_shutdown(fe->cq);
     while (grpc_completion_queue_next(fe->cq,
                                       gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
                .type != GRPC_QUEUE_SHUTDOWN)
         ;
     grpc_completion_queue_destroy(fe->cq);
-    fe->cq = NULL;
     atomic_store(&fe->thread_done, true);
     uv_async_send(&fe->async);
     return NULL;
@@ -354,11 +355,12 @@ static void on_async(uv_async_t *h)
 void frontend_reply(struct frontend *fe, struct request *req)
 {
     struct rpc *r = (struct rpc *)req;
+    grpc_call *call = r->call; /* r belongs to the CQ thread after this */
     atomic_fetch_sub(&fe->pending, 1);
     r->state = RPC_READY;
     /* An empty batch completes at once on the CQ, handing the rpc back
      * to the CQ thread, which builds and starts the real reply. */
-    grpc_call_error err = grpc_call_start_batch(r->call, NULL, 0, r, NULL);
+    grpc_call_error err = grpc_call_start_batch(call, NULL, 0, r, NULL);
     if (err != GRPC_CALL_OK) {
         log_error("handback_failed", "grpc_call_error=%d", (int)err);
         abort();

@@ -1,25 +1,32 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, builds leased twice (plain,
-# and with the address and undefined-behaviour sanitizers), runs every
-# test suite against each build, and ends with one line
-# "N passed, N failed". Exits non-zero when anything failed.
+# The test command: installs what is missing, builds leased three times
+# and tests each build: plain (every suite, and the daemon under
+# valgrind), with the address and undefined-behaviour sanitizers (every
+# suite), and with the thread sanitizer (unit and conformance suites). It
+# ends with one line "N passed, N failed" and exits non-zero when anything
+# failed.
 set -u
 cd "$(dirname "$0")/.."
 tools/deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=23
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp"
 passed=0
 failed=0
 
-# run_suite DIR [MESON OPTIONS…]: configure, build, test; add up results.
+# run_suite DIR [MESON OPTIONS…] [-- MESON TEST OPTIONS…]: configure,
+# build, test; add up the results.
 run_suite() {
   local dir=$1; shift
-  echo "=== $dir: $*"
+  local opts=() test_opts=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do opts+=("$1"); shift; done
+  [ $# -gt 0 ] && shift && test_opts=("$@")
+  echo "=== $dir: ${opts[*]} ${test_opts[*]}"
   if [ -f "$dir/build.ninja" ]; then
-    meson configure "$dir" -Dwerror=true "$@" >/dev/null
+    meson configure "$dir" -Dwerror=true "${opts[@]}" >/dev/null
   else
-    meson setup "$dir" -Dwerror=true "$@" >/dev/null
+    meson setup "$dir" -Dwerror=true "${opts[@]}" >/dev/null
   fi || { echo "setup of $dir failed"; failed=$((failed + 1)); return; }
   if ! meson compile -C "$dir" >"$dir.compile.log" 2>&1; then
     cat "$dir.compile.log"
@@ -28,7 +35,7 @@ run_suite() {
     return
   fi
   rm -f "$dir/meson-logs/testlog.json"
-  meson test -C "$dir" --print-errorlogs --no-rebuild
+  meson test -C "$dir" --print-errorlogs --no-rebuild "${test_opts[@]}"
   local counts
   counts=$(/usr/bin/python3 - "$dir/meson-logs/testlog.json" <<'PY'
 import json, sys
@@ -51,6 +58,8 @@ PY
 
 run_suite build
 run_suite build-sanitize -Db_sanitize=address,undefined -Db_lundef=false
+run_suite build-tsan -Db_sanitize=thread -Db_lundef=false \
+  -- --suite unit --suite conformance
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
