@@ -437,6 +437,12 @@ struct frontend *frontend_create(uv_loop_t *loop, const char *const *listen,
         {.type = GRPC_ARG_INTEGER,
          .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
          .value.integer = MAX_RECEIVE_BYTES},
+        /* gRPC binds with SO_REUSEPORT by default, so a second daemon on
+         * the same port would silently share it and split the clients
+         * between two lease tables. An address in use must fail. */
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_ALLOW_REUSEPORT,
+         .value.integer = 0},
     };
     grpc_channel_args chargs = {sizeof(args) / sizeof(args[0]), args};
     fe->server = grpc_server_create(&chargs, NULL);

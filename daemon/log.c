@@ -64,8 +64,15 @@ static void grpc_log(gpr_log_func_args *args)
                                ? LOG_INFO
                                : LOG_DEBUG;
     const char *file = strrchr(args->file, '/');
+    /* Keep the line one key=value record: no quotes or newlines inside. */
+    char detail[1024];
+    size_t i = 0;
+    for (const char *p = args->message; *p != '\0' && i < sizeof(detail) - 1;
+         p++)
+        detail[i++] = *p == '"' ? '\'' : (*p == '\n' ? ' ' : *p);
+    detail[i] = '\0';
     log_write(level, "grpc", "file=%s:%d detail=\"%s\"",
-              file != NULL ? file + 1 : args->file, args->line, args->message);
+              file != NULL ? file + 1 : args->file, args->line, detail);
 }
 
 void log_route_grpc(void)

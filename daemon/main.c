@@ -30,6 +30,7 @@ struct daemon {
     struct server *server;
     struct frontend *frontend;
     uv_signal_t sigterm, sigint;
+    bool signals_started;
     bool stopping;
 };
 
@@ -48,8 +49,10 @@ static void reply(void *arg, struct request *req)
 static void on_server_closed(void *arg)
 {
     struct daemon *d = arg;
-    uv_close((uv_handle_t *)&d->sigterm, NULL);
-    uv_close((uv_handle_t *)&d->sigint, NULL);
+    if (d->signals_started) {
+        uv_close((uv_handle_t *)&d->sigterm, NULL);
+        uv_close((uv_handle_t *)&d->sigint, NULL);
+    }
 }
 
 static void on_frontend_stopped(void *arg)
@@ -113,6 +116,10 @@ int main(int argc, char **argv)
                                  cfg.max_pending, &cb, err, sizeof(err));
     if (d.frontend == NULL) {
         log_error("startup_failed", "reason=\"%s\"", err);
+        server_close(d.server, on_server_closed, &d);
+        uv_run(loop, UV_RUN_DEFAULT);
+        uv_loop_close(loop);
+        grpc_shutdown();
         return 1;
     }
     uv_signal_init(loop, &d.sigterm);
@@ -120,6 +127,7 @@ int main(int argc, char **argv)
     d.sigterm.data = d.sigint.data = &d;
     uv_signal_start(&d.sigterm, on_signal, SIGTERM);
     uv_signal_start(&d.sigint, on_signal, SIGINT);
+    d.signals_started = true;
     log_info("started", "version=%s data_dir=%s ttl_ms=%lld pid=%ld",
              LEASED_VERSION, cfg.data_dir, (long long)(cfg.ttl_ns / 1000000),
              (long)getpid());
