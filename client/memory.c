@@ -44,6 +44,16 @@ static int result(int rc, struct engine *e, struct engine_change *chg,
     }
 }
 
+/* Drops a few released or long-expired entries, so that a long-lived
+ * table does not grow with every session it ever saw. */
+static void collect_some(struct memory *m, int64_t now_ns)
+{
+    struct engine_change chgs[8];
+    size_t n = engine_collect(m->engine, now_ns, chgs, 8);
+    for (size_t i = 0; i < n; i++)
+        engine_finish(m->engine, &chgs[i], true);
+}
+
 static int mem_acquire(void *impl, const char *session_id, const char *owner,
                        struct lease *out, char *errmsg, size_t len)
 {
@@ -52,8 +62,10 @@ static int mem_acquire(void *impl, const char *session_id, const char *owner,
     struct engine_grant g;
     struct engine_change chg;
     pthread_mutex_lock(&m->lock);
-    int rc = engine_acquire(m->engine, m->now_ns(m->arg), session_id, slen,
-                            owner, olen, &g, &chg);
+    int64_t now_ns = m->now_ns(m->arg);
+    collect_some(m, now_ns);
+    int rc = engine_acquire(m->engine, now_ns, session_id, slen, owner, olen,
+                            &g, &chg);
     int err = result(rc, m->engine, &chg, errmsg, len,
                      "held by another owner");
     pthread_mutex_unlock(&m->lock);

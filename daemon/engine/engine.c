@@ -46,7 +46,7 @@ struct engine {
 };
 
 #define INITIAL_BUCKETS 1024
-#define GC_SCAN_BUCKETS 4096 /* per engine_collect call */
+#define GC_SCAN_PER_MAX 16 /* buckets engine_collect looks at, per max */
 
 static uint64_t hash_bytes(const char *p, size_t n)
 {
@@ -367,8 +367,8 @@ size_t engine_collect(struct engine *e, int64_t now_ns,
     size_t n = 0;
     /* Look at a bounded number of buckets per call, so that one call
      * never stalls the loop however many entries there are. */
-    for (size_t seen = 0; seen < e->nbuckets && seen < GC_SCAN_BUCKETS &&
-                          n < max;
+    size_t budget = max * GC_SCAN_PER_MAX;
+    for (size_t seen = 0; seen < e->nbuckets && seen < budget && n < max;
          seen++) {
         size_t b = e->gc_cursor++ & (e->nbuckets - 1);
         struct engine_entry *en = e->buckets[b];

@@ -134,7 +134,7 @@ int engine_release(struct engine *e,
 /* Garbage collection: removes up to max entries that are released, or
  * expired for longer than a TTL, and fills chgs[] with ENGINE_DELETE
  * changes; the floor rises to their tokens. Collects nothing before the
- * quarantine ends. Looks at a few thousand hash buckets per call,
+ * quarantine ends. Looks at no more than 16 * max hash buckets per call,
  * resuming where the last call stopped: call it periodically.
  * Returns the number of changes made. */
 size_t engine_collect(struct engine *e, int64_t now_ns,

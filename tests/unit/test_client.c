@@ -99,7 +99,34 @@ TEST(renew_in_place)
     lease_client_destroy(c);
 }
 
-CHECK_MAIN(strerror_names_every_error,
+static int64_t fake_ns = INT64_C(1700000000000000000);
+
+static int64_t fake_clock(void *arg)
+{
+    (void)arg;
+    return fake_ns;
+}
+
+TEST(memory_collects_old_entries_and_tokens_still_rise)
+{
+    struct lease_client *c;
+    int64_t ttl = INT64_C(1000000000);
+    CHECK_EQ_I64(lease_memory_open(ttl, fake_clock, NULL, &c), LEASE_OK);
+    struct lease a, b;
+    CHECK_EQ_I64(lease_acquire(c, "s", "A", &a), LEASE_OK);
+    CHECK_EQ_I64(lease_release(c, &a), LEASE_OK);
+    fake_ns += 3 * ttl;
+    char id[32];
+    for (int i = 0; i < 2000; i++) { /* acquires collect as they go */
+        snprintf(id, sizeof(id), "other-%d", i);
+        CHECK_EQ_I64(lease_acquire(c, id, "B", &b), LEASE_OK);
+    }
+    CHECK_EQ_I64(lease_acquire(c, "s", "C", &b), LEASE_OK);
+    CHECK(b.token > a.token);
+    lease_client_destroy(c);
+}
+
+CHECK_MAIN(memory_collects_old_entries_and_tokens_still_rise, strerror_names_every_error,
            grpc_refuses_plaintext_beyond_loopback,
            unreachable_server_is_unavailable, silent_server_is_deadline,
            arguments_checked_before_any_backend, renew_in_place)

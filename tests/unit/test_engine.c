@@ -261,18 +261,18 @@ TEST(collect_keeps_tokens_rising)
     rel("rel", "A", a.token);
     acq(0, "exp", "A", &b);
     acq(0, "live", "A", NULL);
-    struct engine_change c[8];
+    struct engine_change c[64]; /* 64 * 16 buckets: all of them */
     /* Nothing before the quarantine ends (start + TTL). */
-    CHECK_EQ_I64(engine_collect(E, T0 + 29 * S, c, 8), 0);
+    CHECK_EQ_I64(engine_collect(E, T0 + 29 * S, c, 64), 0);
     /* At 31 s: the released one only ("exp" expired less than a TTL). */
-    size_t n = engine_collect(E, T0 + 31 * S, c, 8);
+    size_t n = engine_collect(E, T0 + 31 * S, c, 64);
     CHECK_EQ_I64(n, 1);
     CHECK(c[0].kind == ENGINE_DELETE);
     for (size_t i = 0; i < n; i++)
         engine_finish(E, &c[i], true);
     CHECK_EQ_U64(engine_floor(E), a.token);
     /* At 61 s "exp" and "live" (also expired by then) go. */
-    n = engine_collect(E, T0 + 61 * S, c, 8);
+    n = engine_collect(E, T0 + 61 * S, c, 64);
     CHECK_EQ_I64(n, 2);
     for (size_t i = 0; i < n; i++)
         engine_finish(E, &c[i], true);
@@ -290,8 +290,8 @@ TEST(collect_undo_puts_entry_back)
     struct engine_grant a;
     acq(0, "s", "A", &a);
     rel("s", "A", a.token);
-    struct engine_change c[2];
-    size_t n = engine_collect(E, T0 + 31 * S, c, 2);
+    struct engine_change c[64];
+    size_t n = engine_collect(E, T0 + 31 * S, c, 64);
     CHECK_EQ_I64(n, 1);
     CHECK_EQ_I64(engine_count(E), 0);
     for (size_t i = n; i-- > 0;)
