@@ -88,43 +88,38 @@ int config_parse_duration(const char *text, int64_t *ns)
     return 0;
 }
 
-int config_check_listen(const char *addr, char *errmsg, size_t errmsg_len)
+/* Applies one option; `what` names it for messages ("--ttl 50ms",
+ * "LEASED_TTL=50ms"). */
+static int set_option(struct config *cfg, int opt, const char *val,
+                      const char *what, char *errmsg, size_t len)
 {
     char why[200];
-    if (addr_check_plaintext(addr, why, sizeof(why)) != 0)
-        return fail(errmsg, errmsg_len, "--listen %s: %s", addr, why);
-    return 0;
-}
-
-static int set_option(struct config *cfg, int opt, const char *val,
-                      const char *name, char *errmsg, size_t len)
-{
     switch (opt) {
     case 'l':
         if (cfg->nlisten == CONFIG_MAX_LISTEN)
-            return fail(errmsg, len, "%s: at most %d addresses", name,
+            return fail(errmsg, len, "%s: at most %d addresses", what,
                         CONFIG_MAX_LISTEN);
-        if (config_check_listen(val, errmsg, len) != 0)
-            return CONFIG_ERROR;
+        if (addr_check_plaintext(val, why, sizeof(why)) != 0)
+            return fail(errmsg, len, "%s: %s", what, why);
         cfg->listen[cfg->nlisten++] = val;
         return CONFIG_OK;
     case 'd':
         if (*val == '\0')
-            return fail(errmsg, len, "%s: empty directory", name);
+            return fail(errmsg, len, "%s: empty directory", what);
         cfg->data_dir = val;
         return CONFIG_OK;
     case 't':
         if (config_parse_duration(val, &cfg->ttl_ns) != 0 ||
             cfg->ttl_ns < TTL_MIN_NS || cfg->ttl_ns > TTL_MAX_NS)
             return fail(errmsg, len,
-                        "%s %s: want a duration from 100ms to 1h "
+                        "%s: want a duration from 100ms to 1h "
                         "(e.g. 500ms, 30s, 1m)",
-                        name, val);
+                        what);
         return CONFIG_OK;
     case 'v':
         if (log_parse_level(val, &cfg->log_level) != 0)
-            return fail(errmsg, len,
-                        "%s %s: want debug, info, warn or error", name, val);
+            return fail(errmsg, len, "%s: want debug, info, warn or error",
+                        what);
         return CONFIG_OK;
     case 'p': {
         char *end;
@@ -132,12 +127,12 @@ static int set_option(struct config *cfg, int opt, const char *val,
         unsigned long long n = strtoull(val, &end, 10);
         if (*end != '\0' || errno != 0 || n < 1 || n > 10000000 ||
             val[0] < '0' || val[0] > '9')
-            return fail(errmsg, len, "%s %s: want 1..10000000", name, val);
+            return fail(errmsg, len, "%s: want 1..10000000", what);
         cfg->max_pending = (size_t)n;
         return CONFIG_OK;
     }
     }
-    return fail(errmsg, len, "unknown option");
+    return fail(errmsg, len, "%s: unknown option", what);
 }
 
 static const struct option long_options[] = {
@@ -161,17 +156,22 @@ static const struct {
     {"LEASED_MAX_PENDING", 'p'},
 };
 
-static int parse_env(struct config *cfg, char *errmsg, size_t len)
+/* Options whose flag was not given come from the environment. */
+static int parse_env(struct config *cfg, const bool *given, char *errmsg,
+                     size_t len)
 {
+    char what[64];
     for (size_t i = 0; i < sizeof(env_options) / sizeof(env_options[0]); i++) {
         const char *val = getenv(env_options[i].env);
-        if (val != NULL && set_option(cfg, env_options[i].opt, val,
-                                      env_options[i].env, errmsg,
-                                      len) != CONFIG_OK)
+        if (val == NULL || given[env_options[i].opt])
+            continue;
+        snprintf(what, sizeof(what), "%s=%.30s", env_options[i].env, val);
+        if (set_option(cfg, env_options[i].opt, val, what, errmsg, len) !=
+            CONFIG_OK)
             return CONFIG_ERROR;
     }
     const char *listen = getenv("LEASED_LISTEN");
-    if (listen == NULL)
+    if (listen == NULL || given['l'])
         return CONFIG_OK;
     if (strlen(listen) >= sizeof(cfg->listen_env))
         return fail(errmsg, len, "LEASED_LISTEN: too long");
@@ -179,8 +179,8 @@ static int parse_env(struct config *cfg, char *errmsg, size_t len)
     char *save = NULL;
     for (char *a = strtok_r(cfg->listen_env, ",", &save); a != NULL;
          a = strtok_r(NULL, ",", &save)) {
-        if (set_option(cfg, 'l', a, "LEASED_LISTEN", errmsg, len) !=
-            CONFIG_OK)
+        snprintf(what, sizeof(what), "LEASED_LISTEN=%.40s", a);
+        if (set_option(cfg, 'l', a, what, errmsg, len) != CONFIG_OK)
             return CONFIG_ERROR;
     }
     return CONFIG_OK;
@@ -194,16 +194,14 @@ int config_parse(struct config *cfg, int argc, char **argv, char *errmsg,
     cfg->ttl_ns = 30 * 1000 * NS_PER_MS;
     cfg->log_level = LOG_INFO;
     cfg->max_pending = 65536;
-    if (parse_env(cfg, errmsg, len) != CONFIG_OK)
-        return CONFIG_ERROR;
 
-    size_t env_listen = cfg->nlisten;
-    bool listen_flag = false;
+    bool given[128] = {false};
     optind = 1;
     opterr = 0;
-    int opt;
-    while ((opt = getopt_long(argc, argv, ":", long_options, NULL)) != -1) {
-        const char *name = optind > 1 ? argv[optind - 1] : "?";
+    int opt, index = 0;
+    while ((opt = getopt_long(argc, argv, ":", long_options, &index)) != -1) {
+        const char *arg = argv[optind - 1];
+        char what[600];
         switch (opt) {
         case 'h':
             fputs(usage, stdout);
@@ -212,23 +210,22 @@ int config_parse(struct config *cfg, int argc, char **argv, char *errmsg,
             printf("leased %s\n", LEASED_VERSION);
             return CONFIG_EXIT;
         case ':':
-            return fail(errmsg, len, "%s needs a value (see --help)", name);
+            return fail(errmsg, len, "%s needs a value (see --help)", arg);
         case '?':
-            return fail(errmsg, len, "unknown flag %s (see --help)", name);
-        case 'l':
-            if (!listen_flag) { /* flags replace LEASED_LISTEN */
-                listen_flag = true;
-                cfg->nlisten -= env_listen;
-            }
-            /* fall through */
+            return fail(errmsg, len, "unknown flag %s (see --help)", arg);
         default:
-            if (set_option(cfg, opt, optarg, name, errmsg, len) != CONFIG_OK)
+            given[opt] = true;
+            snprintf(what, sizeof(what), "--%s %s", long_options[index].name,
+                     optarg);
+            if (set_option(cfg, opt, optarg, what, errmsg, len) != CONFIG_OK)
                 return CONFIG_ERROR;
         }
     }
     if (optind < argc)
         return fail(errmsg, len, "unexpected argument %s (see --help)",
                     argv[optind]);
+    if (parse_env(cfg, given, errmsg, len) != CONFIG_OK)
+        return CONFIG_ERROR;
     if (cfg->nlisten == 0)
         cfg->listen[cfg->nlisten++] = "127.0.0.1:7443";
     return CONFIG_OK;

@@ -29,17 +29,13 @@ enum config_result {
     CONFIG_EXIT = 1,   /* --help or --version was printed; exit 0 */
 };
 
-/* Fills *cfg from defaults, then the environment, then argv. Prints --help
- * and --version to stdout. */
+/* Fills *cfg from argv, then the environment for what argv did not set,
+ * then defaults. Prints --help and --version to stdout. */
 int config_parse(struct config *cfg, int argc, char **argv, char *errmsg,
                  size_t errmsg_len);
 
 /* Parses a duration: digits and a unit (ms, s, m, h), repeated ("1m30s").
  * Returns 0 and sets *ns, or -1. */
 int config_parse_duration(const char *text, int64_t *ns);
-
-/* Checks a --listen address (addr_check_plaintext). Returns 0, or -1
- * with errmsg set. */
-int config_check_listen(const char *addr, char *errmsg, size_t errmsg_len);
 
 #endif

@@ -82,7 +82,8 @@ struct frontend {
     /* CQ thread only (and the creating thread before it starts). */
     pthread_t thread;
     bool thread_started;
-    size_t live; /* rpcs allocated */
+    size_t live;  /* rpcs allocated */
+    size_t armed; /* of which requested from the server, no call yet */
     bool notified; /* the shutdown tag came back */
     gpr_timespec shutdown_seen_at;
     bool cancelled_all;
@@ -152,7 +153,9 @@ static void arm(struct frontend *fe, enum request_op op, bool unknown)
     if (err != GRPC_CALL_OK) {
         log_error("arm_failed", "grpc_call_error=%d", (int)err);
         rpc_free(r);
+        return;
     }
+    fe->armed++;
 }
 
 /* Starts the final batch: the status, and the message when body is set
@@ -271,6 +274,8 @@ static void on_event(struct frontend *fe, grpc_event ev)
         return;
     }
     struct rpc *r = ev.tag;
+    if (r->state == RPC_ARMED || r->state == RPC_UNKNOWN)
+        fe->armed--;
     switch (r->state) {
     case RPC_ARMED:
         if (ev.success)
@@ -312,14 +317,20 @@ static void *cq_thread(void *arg)
         }
         if (!atomic_load(&fe->shutdown) || fe->cancelled_all)
             continue;
-        /* Shutting down with calls still running: give them a while,
-         * then cancel what is left so that the daemon can exit. */
+        /* Shutting down, and the queue was quiet for a moment. gRPC waits
+         * for every connection to go away before it reports the shutdown,
+         * and clients keep idle connections open: once no call is in
+         * progress, cancelling closes them. Calls still running get a
+         * while to finish before they are cancelled too. */
         gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
         if (fe->shutdown_seen_at.tv_sec == 0)
             fe->shutdown_seen_at = now;
-        else if (gpr_time_to_millis(gpr_time_sub(now, fe->shutdown_seen_at)) >
-                 CANCEL_AFTER_S * 1000) {
-            log_warn("cancelling_calls", "after_s=%d", CANCEL_AFTER_S);
+        bool idle = fe->live == fe->armed;
+        bool late = gpr_time_to_millis(gpr_time_sub(
+                        now, fe->shutdown_seen_at)) > CANCEL_AFTER_S * 1000;
+        if (idle || late) {
+            if (!idle)
+                log_warn("cancelling_calls", "after_s=%d", CANCEL_AFTER_S);
             grpc_server_cancel_all_calls(fe->server);
             fe->cancelled_all = true;
         }
@@ -390,32 +401,46 @@ void frontend_destroy(struct frontend *fe)
     uv_close((uv_handle_t *)&fe->async, on_close);
 }
 
-/* Binds one address; logs the address clients can use. */
-static int add_listener(struct frontend *fe, grpc_server_credentials *creds,
-                        const char *addr, char *errmsg, size_t len)
+/* Logs the address clients can use: with the real port when it was 0. */
+static void log_listening(const char *addr, int port)
 {
-    int port = grpc_server_add_http2_port(fe->server, addr, creds);
-    if (port <= 0) {
-        snprintf(errmsg, len, "cannot listen on %s", addr);
-        return -1;
-    }
-    if (strncmp(addr, "unix:", 5) == 0) {
-        log_info("listening", "addr=%s", addr);
-        return 0;
-    }
     const char *colon = strrchr(addr, ':');
-    log_info("listening", "addr=%.*s:%d", (int)(colon - addr), addr, port);
-    return 0;
+    if (strncmp(addr, "unix:", 5) == 0)
+        log_info("listening", "addr=%s", addr);
+    else
+        log_info("listening", "addr=%.*s:%d", (int)(colon - addr), addr,
+                 port);
 }
 
-/* Unix sockets follow the umask at bind; make them 0660. */
-static void chmod_sockets(const char *const *listen, size_t n)
+/* Binds every address and starts the server. Unix sockets are created
+ * under umask 0117, so they are 0660 from the first moment. Returns 0, or
+ * -1 with errmsg set. */
+static int bind_and_start(struct frontend *fe, const char *const *listen,
+                          size_t n, char *errmsg, size_t len)
 {
-    for (size_t i = 0; i < n; i++) {
-        if (strncmp(listen[i], "unix:", 5) == 0 &&
-            chmod(listen[i] + 5, 0660) != 0)
-            log_warn("chmod_failed", "path=%s", listen[i] + 5);
+    int *ports = calloc(n, sizeof(*ports));
+    if (ports == NULL) {
+        snprintf(errmsg, len, "out of memory");
+        return -1;
     }
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    mode_t old_umask = umask(0117);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        ports[i] = grpc_server_add_http2_port(fe->server, listen[i], creds);
+        if (ports[i] <= 0) {
+            snprintf(errmsg, len, "cannot listen on %s", listen[i]);
+            rc = -1;
+        }
+    }
+    if (rc == 0)
+        grpc_server_start(fe->server);
+    umask(old_umask);
+    grpc_server_credentials_release(creds);
+    for (size_t i = 0; i < n && rc == 0; i++)
+        log_listening(listen[i], ports[i]);
+    free(ports);
+    return rc;
 }
 
 struct frontend *frontend_create(uv_loop_t *loop, const char *const *listen,
@@ -455,12 +480,7 @@ struct frontend *frontend_create(uv_loop_t *loop, const char *const *listen,
             fe->server, path, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
             0);
     }
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-    int rc = 0;
-    for (size_t i = 0; i < nlisten && rc == 0; i++)
-        rc = add_listener(fe, creds, listen[i], errmsg, errmsg_len);
-    grpc_server_credentials_release(creds);
-    if (rc != 0) {
+    if (bind_and_start(fe, listen, nlisten, errmsg, errmsg_len) != 0) {
         grpc_server_destroy(fe->server);
         grpc_completion_queue_shutdown(fe->cq);
         while (grpc_completion_queue_next(
@@ -472,8 +492,6 @@ struct frontend *frontend_create(uv_loop_t *loop, const char *const *listen,
         free(fe);
         return NULL;
     }
-    grpc_server_start(fe->server);
-    chmod_sockets(listen, nlisten);
 
     uv_async_init(loop, &fe->async, on_async);
     fe->async.data = fe;

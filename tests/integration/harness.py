@@ -10,8 +10,10 @@ CASE` runs one, `python3 FILE --list` lists them (meson registers one test
 per case from that list). A case passes when it
 returns; any exception fails it.
 """
+import atexit
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +31,7 @@ SERVICE = "/mecatl.driver.v1.SessionLeaseService/"
 
 def _generate():
     out = tempfile.mkdtemp(prefix="leased-pb2-")
+    atexit.register(shutil.rmtree, out, True)
     subprocess.run(
         ["protoc", "-I", PROTO, "--python_out=" + out,
          "mecatl/driver/v1/session_lease.proto"],
@@ -66,6 +69,10 @@ class Leased:
         self.addr = None
         self.log_path = None
         self.log = None
+        # Removed when this object goes away, so that tests can still read
+        # the log after stopping the daemon.
+        self._logs = tempfile.TemporaryDirectory(prefix="leased-log-")
+        self._starts = 0
         self._channels = []
 
     @property
@@ -79,8 +86,8 @@ class Leased:
         passes no --ttl (e.g. to test LEASED_TTL)."""
         if self.log is not None:
             self.log.close()
-        fd, self.log_path = tempfile.mkstemp(prefix="leased-log-")
-        os.close(fd)
+        self._starts += 1
+        self.log_path = os.path.join(self._logs.name, "log-%d" % self._starts)
         cmd = [leased_bin(), "--data-dir", self.data_dir]
         if self.ttl is not None:
             cmd += ["--ttl", self.ttl]
@@ -116,8 +123,7 @@ class Leased:
 
     def stop(self, timeout=15.0):
         """Closes the channels made by channel(), then SIGTERM; returns the
-        exit code. (Open idle connections delay leased's exit by seconds.)
-        """
+        exit code."""
         self.close_channels()
         if self.proc is None or self.proc.poll() is not None:
             return self.proc.returncode if self.proc else None

@@ -7,6 +7,7 @@ that decided expiry on the wall clock would hand a live lease to another
 owner after the forward step, and keep an expired one for an hour after
 the backward step.
 """
+import atexit
 import os
 import tempfile
 import time
@@ -24,6 +25,7 @@ def stepped_daemon():
                                      delete=False)
     rc.write("+0\n")
     rc.close()
+    atexit.register(os.unlink, rc.name)
     env = {
         "LD_PRELOAD": FAKETIME,
         "FAKETIME_TIMESTAMP_FILE": rc.name,
@@ -59,7 +61,6 @@ def test_forward_step_does_not_expire_leases():
         assert r.expiry.seconds - a.expiry.seconds < 60, (a.expiry, r.expiry)
         fresh = c.acquire("t", "A")
         assert abs(fresh.expiry.seconds - (time.time() + TTL)) < 30, fresh
-        os.unlink(d.rc_path)
 
 
 def test_backward_step_does_not_extend_leases():
@@ -73,7 +74,6 @@ def test_backward_step_does_not_extend_leases():
         assert b.token > a.token
         harness.expect_code(grpc.StatusCode.FAILED_PRECONDITION,
                             c.renew, a)
-        os.unlink(d.rc_path)
 
 
 harness.main(globals())

@@ -51,8 +51,14 @@ def now_ns():
 
 def own_channel(d):
     """A channel with its own connection (gRPC Python otherwise shares one
-    subchannel among channels with the same target and arguments)."""
-    return d.channel(options=[("grpc.use_local_subchannel_pool", 1)])
+    subchannel among channels with the same target and arguments),
+    connected before it is returned: when dozens of Python channels connect
+    at the same moment, grpcio 1.51 sometimes fails one connect with a
+    bogus "No such file or directory" (errno 2) on the client side, which
+    is not what these tests are about."""
+    ch = d.channel(options=[("grpc.use_local_subchannel_pool", 1)])
+    grpc.channel_ready_future(ch).result(timeout=5)
+    return ch
 
 
 def rpc_error(fn, *args):
@@ -61,6 +67,11 @@ def rpc_error(fn, *args):
         fn(*args)
     except grpc.RpcError as e:
         return e
+    except Exception as e:  # noqa: BLE001
+        # e.g. a DecodeError: the call succeeded with a reply that Python
+        # cannot even parse (invalid UTF-8 echoed back).
+        raise AssertionError("call succeeded, want an error (reply: %r)"
+                             % e)
     raise AssertionError("call succeeded, want an error")
 
 
@@ -259,11 +270,16 @@ def test_sigterm_drains_inflight_call():
 
 
 def test_sigterm_with_idle_connection_exits():
-    """An idle client connection (raw TCP, no HTTP/2 at all) must not keep
-    leased from exiting on SIGTERM. Bounded: exit 0 within 15 s."""
+    """Idle client connections (raw TCP with no HTTP/2 at all, and a gRPC
+    channel that made a call and stays open, as mecated's does) do not
+    hold up the exit on SIGTERM: no call is in progress, so leased closes
+    them at once rather than waiting out its 10 s grace for running calls.
+    """
     with harness.Leased() as d:
         host, port = d.addr.rsplit(":", 1)
         s = socket.create_connection((host, int(port)))
+        ch = grpc.insecure_channel(d.addr)  # not closed by the harness
+        harness.Client(ch).acquire("s", "alice")
         try:
             time.sleep(0.1)
             start = time.monotonic()
@@ -272,8 +288,9 @@ def test_sigterm_with_idle_connection_exits():
             took = time.monotonic() - start
         finally:
             s.close()
+            ch.close()
         assert rc == 0, d.log_text()
-        print("     (exit after SIGTERM with an idle connection: %.1fs)" % took)
+        assert took < 3.0, "exit took %.1fs with idle connections" % took
 
 
 # ---------------------------------------------------------------- data dir lock
@@ -387,8 +404,8 @@ def test_kill9_mid_load_keeps_acknowledged_state():
     releases stay released, leases live at the crash keep their owner
     (others refused, the owner renews), and after the quarantine a new
     owner gets a token above every acknowledged one."""
-    ttl_s = 2.0
-    with harness.Leased(ttl="2s") as d:
+    ttl_s = 1.0
+    with harness.Leased(ttl="1s") as d:
         stop = threading.Event()
         workers = [LoadWorker(d, i, 6, stop) for i in range(8)]
         for w in workers:
@@ -421,17 +438,18 @@ def test_kill9_mid_load_keeps_acknowledged_state():
                     if s not in unknown}
         assert live, "no lease was live at the crash"
 
-        # Restart: live leases keep their owner.
+        # Restart once every expiry promised before the crash has passed,
+        # so that only the restart quarantine keeps those leases held.
+        wait = max(ns(l.expiry) for l in live.values()) / 1e9 - time.time()
+        time.sleep(max(0.0, wait) + 0.05)
         d.start()
         c = d.client()
-        t0 = time.monotonic()
-        for s, l in sorted(live.items()):
+        for s in sorted(live):
             expect_code(HELD, c.acquire, s, "intruder")
         for s, l in sorted(live.items()):
             got = c.renew(l)
             assert got.token == l.token and got.owner == l.owner
             assert ns(got.expiry) > ns(l.expiry)
-        assert time.monotonic() - t0 < ttl_s / 2, "checks too slow"
         # Acknowledged releases are free at once (no quarantine).
         for s in sorted(released)[:5]:
             got = c.acquire(s, "after-crash")
@@ -523,10 +541,11 @@ def test_quarantine_ends_after_ttl():
         held = _crash_after_expiry(d, d.client())
         before = time.monotonic()
         d.start()
+        after = time.monotonic()  # the engine started in between
         c = d.client()
         expect_code(HELD, c.acquire, "q", "bob")
         assert time.monotonic() - before < 0.9, "too slow to see quarantine"
-        time.sleep(max(0.0, before + 1.0 + 0.25 - time.monotonic()))
+        time.sleep(max(0.0, after + 1.0 + 0.2 - time.monotonic()))
         got = c.acquire("q", "bob")
         assert got.token > held.token, (got.token, held.token)
         expect_code(HELD, c.renew, held)
@@ -1068,8 +1087,9 @@ def test_config_errors_exit_2():
             (["--listen", "127.0.0.1:99999"], "port"),
             (["--listen", "unix:"], "unix"),
             (["--log-level", "loud"], "loud"),
-            (["--max-pending", "0"], "max-pending"),
-            (["--max-pending", "-1"], "max-pending"),
+            (["--max-pending", "0"], "1..10000000"),
+            (["--max-pending", "-1"], "1..10000000"),
+            (["--data-dir", ""], "empty"),
             (["stray"], "stray"),
         ]
         for args, word in cases:
@@ -1085,6 +1105,27 @@ def test_config_errors_exit_2():
             assert r.returncode == 2, (env, r.returncode, r.stderr)
             assert word in r.stderr, (env, r.stderr)
             assert not os.path.exists(data), env
+
+
+def test_config_error_names_the_flag():
+    """A bad value's message names the flag it was given to (as it does
+    for LEASED_TTL and --listen)."""
+    with tempfile.TemporaryDirectory(prefix="leased-cfg-") as tmp:
+        bad = []
+        for args, flag in [(["--ttl", "50ms"], "--ttl"),
+                           (["--ttl=50ms"], "--ttl"),
+                           (["--max-pending", "0"], "--max-pending"),
+                           (["--log-level", "loud"], "--log-level"),
+                           (["--data-dir", ""], "--data-dir")]:
+            r = run_leased(["--listen", "127.0.0.1:0"] + args, cwd=tmp)
+            assert r.returncode == 2, (args, r.returncode, r.stderr)
+            msg = r.stderr.strip()
+            # The flag, not its value, must come first: "leased: --ttl 50ms:"
+            if not msg.startswith("leased: " + flag):
+                bad.append((args, msg))
+        r = run_leased([], env={"LEASED_TTL": "50ms"}, cwd=tmp)
+        assert r.returncode == 2 and "LEASED_TTL" in r.stderr, r.stderr
+        assert not bad, "messages do not name the flag: %r" % bad
 
 
 def _expiry_in(d):
@@ -1107,7 +1148,6 @@ def test_config_env_ttl_and_flag_precedence():
 def test_config_env_listen():
     with harness.Leased(listen=None,
                         env={"LEASED_LISTEN": "127.0.0.1:0,127.0.0.2:0"}) as d:
-        addrs = re.findall(r"msg=listening addr=(\S+)", d.log_text())
         d.wait_log(r"msg=started")
         addrs = re.findall(r"msg=listening addr=(\S+)", d.log_text())
         assert len(addrs) == 2 and addrs[1].startswith("127.0.0.2:"), addrs
@@ -1122,7 +1162,14 @@ def test_config_env_listen():
 def test_config_unix_socket():
     with tempfile.TemporaryDirectory(prefix="leased-sock-") as tmp:
         path = os.path.join(tmp, "leased.sock")
-        with harness.Leased(listen="unix:" + path) as d:
+        # Even under a permissive umask the socket is 0660 from the moment
+        # leased says it listens.
+        old = os.umask(0)
+        try:
+            d = harness.Leased(listen="unix:" + path).start()
+        finally:
+            os.umask(old)
+        with d:
             assert d.addr == "unix:" + path, d.addr
             mode = stat.S_IMODE(os.stat(path).st_mode)
             assert stat.S_ISSOCK(os.stat(path).st_mode)
@@ -1142,7 +1189,14 @@ def test_config_ipv6_loopback():
         finally:
             s.close()
     except OSError as e:
-        print("     SKIP: cannot bind [::1]: %s" % e)
+        # No IPv6 loopback on this machine: leased must then fail to start
+        # cleanly, saying so, rather than crash or pretend.
+        print("     (no [::1] here: %s; checking the clean failure)" % e)
+        d = harness.Leased(listen="[::1]:0").start(wait=False)
+        rc = d.proc.wait(timeout=10)
+        assert rc == 1, rc
+        assert "cannot listen on [::1]:0" in d.log_text(), d.log_text()
+        d.__exit__(None, None, None)
         return
     with harness.Leased(listen="[::1]:0") as d:
         assert d.addr.startswith("[::1]:"), d.addr

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "addr.h"
 #include "config.h"
 
 #define MS INT64_C(1000000)
@@ -25,13 +26,13 @@ TEST(listen_addresses)
     const char *good[] = {"127.0.0.1:7443", "127.1.2.3:0", "[::1]:7443",
                           "localhost:1", "unix:/tmp/x.sock"};
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
-        CHECK(config_check_listen(good[i], err, sizeof(err)) == 0);
+        CHECK(addr_check_plaintext(good[i], err, sizeof(err)) == 0);
     const char *bad[] = {"0.0.0.0:7443", "10.0.0.1:1", "[::]:1",
                          "example.com:1", "127.0.0.1", "127.0.0.1:",
                          "127.0.0.1:99999", "unix:", ":7443", "[::1:1"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        CHECK(config_check_listen(bad[i], err, sizeof(err)) != 0);
-    config_check_listen("0.0.0.0:7443", err, sizeof(err));
+        CHECK(addr_check_plaintext(bad[i], err, sizeof(err)) != 0);
+    addr_check_plaintext("0.0.0.0:7443", err, sizeof(err));
     CHECK(strstr(err, "loopback") != NULL);
 }
 
@@ -95,8 +96,20 @@ TEST(bad_flags_refused)
     CHECK_EQ_I64(parse(&cfg, a7), CONFIG_ERROR);
     setenv("LEASED_TTL", "forever", 1);
     char *a8[] = {"leased", NULL};
-    CHECK_EQ_I64(parse(&cfg, a8), CONFIG_ERROR);
+    char err[256];
+    CHECK_EQ_I64(config_parse(&cfg, 1, a8, err, sizeof(err)), CONFIG_ERROR);
+    CHECK(strstr(err, "LEASED_TTL=forever") != NULL);
+    /* A flag wins, so a broken variable it overrides does not matter. */
+    char *a9[] = {"leased", "--ttl", "1s", NULL};
+    CHECK_EQ_I64(parse(&cfg, a9), CONFIG_OK);
     unsetenv("LEASED_TTL");
+    /* Messages name the flag and the value. */
+    char *a10[] = {"leased", "--ttl", "50ms", NULL};
+    CHECK_EQ_I64(config_parse(&cfg, 3, a10, err, sizeof(err)), CONFIG_ERROR);
+    CHECK(strncmp(err, "--ttl 50ms: ", 12) == 0);
+    char *a11[] = {"leased", "--max-pending=0", NULL};
+    CHECK_EQ_I64(config_parse(&cfg, 2, a11, err, sizeof(err)), CONFIG_ERROR);
+    CHECK(strncmp(err, "--max-pending 0: ", 17) == 0);
 }
 
 CHECK_MAIN(durations, listen_addresses, defaults, flags_win_over_environment,

@@ -21,10 +21,20 @@ static struct store *open_store(void)
     return s;
 }
 
+static void remove_dir(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
 static void fresh(void)
 {
-    if (dir[strlen(dir) - 1] == 'X')
+    if (dir[strlen(dir) - 1] == 'X') {
         CHECK(mkdtemp(dir) != NULL);
+        atexit(remove_dir);
+    }
     snprintf(path, sizeof(path), "%s/leased.db", dir);
     unlink(path);
     char wal[300];
