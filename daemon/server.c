@@ -136,6 +136,8 @@ static void commit_done(uv_work_t *w, int status)
     struct server *s = w->data;
     bool ok = status == 0 && s->commit_err == STORE_OK;
     if (ok) {
+        log_debug("committed", "changes=%zu durable=%d", s->nchgs,
+                  (int)s->durable);
         for (size_t i = 0; i < s->nchgs; i++)
             engine_finish(s->engine, &s->chgs[i], true);
         if (s->storage_failing)

@@ -30,8 +30,6 @@ enum stmt_id {
     ST_PUT,
     ST_DELETE,
     ST_RAISE_FLOOR,
-    ST_SYNC_FULL,
-    ST_SYNC_NORMAL,
     ST_COUNT,
 };
 
@@ -51,8 +49,6 @@ static const char *const stmt_sql[ST_COUNT] = {
                   "AND token = ?3 AND expiry_ns = ?4 RETURNING token",
     [ST_RAISE_FLOOR] = "UPDATE meta SET value = max(value, ?1) "
                        "WHERE key = 'token_floor'",
-    [ST_SYNC_FULL] = "PRAGMA synchronous = FULL",
-    [ST_SYNC_NORMAL] = "PRAGMA synchronous = NORMAL",
 };
 
 struct store {
@@ -301,11 +297,14 @@ static int apply_one(struct store *s, const struct engine_change *c,
     return step_returning(s, ST_PUT);
 }
 
+/* PRAGMA synchronous takes effect when the statement is prepared, not
+ * when it runs, so it cannot be a kept prepared statement: exec it. */
 static int set_synchronous(struct store *s, bool full)
 {
     if (s->synchronous_full == (int)full)
         return STORE_OK;
-    int err = step_done(s, full ? ST_SYNC_FULL : ST_SYNC_NORMAL);
+    int err = exec(s, full ? "PRAGMA synchronous = FULL"
+                           : "PRAGMA synchronous = NORMAL");
     s->synchronous_full = err == STORE_OK ? (int)full : -1;
     return err;
 }

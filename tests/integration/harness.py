@@ -121,6 +121,14 @@ class Leased:
         raise AssertionError("timed out waiting for %r:\n%s"
                              % (pattern, self.log_text()))
 
+    def wait_file(self, path, timeout=10.0):
+        """Waits until path exists (a helper process has started)."""
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(path):
+            if time.monotonic() > deadline:
+                raise AssertionError("no %s after %ss" % (path, timeout))
+            time.sleep(0.02)
+
     def stop(self, timeout=15.0):
         """Closes the channels made by channel(), then SIGTERM; returns the
         exit code."""
