@@ -47,6 +47,7 @@ struct server {
     size_t nchgs;
     bool durable;
     int commit_err;
+    int64_t commit_ns; /* how long store_apply took */
     char commit_errmsg[256];
     bool storage_failing;
     uv_work_t work;
@@ -122,7 +123,9 @@ static void answer_all(struct server *s, struct request *list)
 static void commit_work(uv_work_t *w)
 {
     struct server *s = w->data;
+    int64_t t0 = clock_mono_ns();
     s->commit_err = store_apply(s->store, s->chgs, s->nchgs, s->durable);
+    s->commit_ns = clock_mono_ns() - t0;
     if (s->commit_err != STORE_OK)
         snprintf(s->commit_errmsg, sizeof(s->commit_errmsg), "%s",
                  store_errmsg(s->store));
@@ -136,8 +139,9 @@ static void commit_done(uv_work_t *w, int status)
     struct server *s = w->data;
     bool ok = status == 0 && s->commit_err == STORE_OK;
     if (ok) {
-        log_debug("committed", "changes=%zu durable=%d", s->nchgs,
-                  (int)s->durable);
+        log_debug("committed", "changes=%zu durable=%d commit_us=%lld",
+                  s->nchgs, (int)s->durable,
+                  (long long)(s->commit_ns / 1000));
         for (size_t i = 0; i < s->nchgs; i++)
             engine_finish(s->engine, &s->chgs[i], true);
         if (s->storage_failing)
