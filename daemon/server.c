@@ -55,6 +55,12 @@ struct server {
     uv_timer_t gc_timer;
     bool gc_due;
 
+    int64_t ttl_ns;
+    /* The longest TTL whose leases may still be live: longer than ttl_ns
+     * after a restart that shortened the TTL, until the quarantine ends.
+     * Kept in the store, so that a crash meanwhile still knows it. */
+    int64_t quarantine_ttl_ns;
+
     bool closing;
     void (*done)(void *arg);
     void *done_arg;
@@ -215,9 +221,26 @@ void server_submit(struct server *s, struct request *list)
     process(s);
 }
 
+/* Once the quarantine is over, leases granted under a longer TTL before
+ * the restart have all expired: from now on the current TTL is the one
+ * a future restart must wait for. */
+static void lower_quarantine_ttl(struct server *s, int64_t now_ns)
+{
+    if (s->quarantine_ttl_ns == s->ttl_ns ||
+        now_ns < engine_quarantine_end(s->engine))
+        return;
+    if (store_set_meta(s->store, "quarantine_ttl_ns", s->ttl_ns) != STORE_OK) {
+        log_warn("store_failed", "error=\"%s\"", store_errmsg(s->store));
+        return;
+    }
+    s->quarantine_ttl_ns = s->ttl_ns;
+}
+
 static void on_gc_timer(uv_timer_t *t)
 {
     struct server *s = t->data;
+    if (!s->committing) /* the store is the loop's now */
+        lower_quarantine_ttl(s, clock_now_ns(&s->clock));
     s->gc_due = true;
     process(s);
 }
@@ -244,9 +267,24 @@ struct server *server_create(uv_loop_t *loop, struct store *store,
         goto fail;
     }
     engine_raise_floor(s->engine, floor);
+    /* Leases promised before the restart may live up to the TTL they were
+     * granted with: quarantine for the longer of that and this TTL. */
+    s->ttl_ns = ttl_ns;
+    err = store_get_meta(store, "quarantine_ttl_ns", &s->quarantine_ttl_ns);
+    if (err == STORE_OK && s->quarantine_ttl_ns < ttl_ns)
+        s->quarantine_ttl_ns = ttl_ns;
+    if (err == STORE_OK)
+        err = store_set_meta(store, "quarantine_ttl_ns", s->quarantine_ttl_ns);
+    if (err != STORE_OK) {
+        snprintf(errmsg, errmsg_len, "storing the TTL: %s",
+                 store_errmsg(store));
+        goto fail;
+    }
+    int64_t start_ns = clock_now_ns(&s->clock);
+    engine_extend_quarantine(s->engine, start_ns + s->quarantine_ttl_ns);
     log_info("loaded", "leases=%zu token_floor=%llu quarantine_ms=%lld",
              engine_count(s->engine), (unsigned long long)floor,
-             (long long)(ttl_ns / 1000000));
+             (long long)(s->quarantine_ttl_ns / 1000000));
     uv_timer_init(loop, &s->gc_timer);
     s->gc_timer.data = s;
     uv_timer_start(&s->gc_timer, on_gc_timer, GC_INTERVAL_MS, GC_INTERVAL_MS);

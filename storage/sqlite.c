@@ -8,6 +8,8 @@
  *   meta(key TEXT PRIMARY KEY, value INTEGER)
  *     'token_floor': the highest token of every row ever deleted; new
  *     sessions start above it, so deleting rows never lowers a token.
+ *     'quarantine_ttl_ns': the longest TTL whose leases may still be live
+ *     (see server.c); absent in a new database.
  *
  * WAL mode, one connection, BEGIN IMMEDIATE, a bounded busy timeout.
  * synchronous is FULL for durable batches and NORMAL otherwise; a FULL
@@ -338,4 +340,39 @@ int store_apply(struct store *s, const struct engine_change *chgs, size_t n,
         memcpy(s->errmsg, keep, sizeof(keep));
     }
     return err;
+}
+
+int store_get_meta(struct store *s, const char *key, int64_t *value)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(s->db, "SELECT value FROM meta WHERE key = ?1",
+                                -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return sql_fail(s, rc, "reading meta");
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    *value = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? STORE_OK
+                                                 : sql_fail(s, rc, key);
+}
+
+int store_set_meta(struct store *s, const char *key, int64_t value)
+{
+    int err = set_synchronous(s, true);
+    if (err != STORE_OK)
+        return err;
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(
+        s->db,
+        "INSERT INTO meta(key, value) VALUES(?1, ?2) "
+        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return sql_fail(s, rc, "writing meta");
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, value);
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? STORE_OK : sql_fail(s, rc, key);
 }

@@ -54,6 +54,11 @@ int store_load(struct store *s,
 int store_apply(struct store *s, const struct engine_change *chgs, size_t n,
                 bool durable);
 
+/* Reads the integer meta value under key (*value = 0 if absent), or
+ * writes it durably (fsync). key is borrowed. */
+int store_get_meta(struct store *s, const char *key, int64_t *value);
+int store_set_meta(struct store *s, const char *key, int64_t value);
+
 /* The reason of the last error, for logs. */
 const char *store_errmsg(const struct store *s);
 

@@ -248,6 +248,17 @@ int engine_load(struct engine *e, const struct lease_row *row)
     return ENGINE_OK;
 }
 
+void engine_extend_quarantine(struct engine *e, int64_t end_ns)
+{
+    if (end_ns > e->quarantine_end_ns)
+        e->quarantine_end_ns = end_ns;
+}
+
+int64_t engine_quarantine_end(const struct engine *e)
+{
+    return e->quarantine_end_ns;
+}
+
 void engine_raise_floor(struct engine *e, uint64_t floor)
 {
     if (floor > e->floor)

@@ -98,6 +98,12 @@ void engine_destroy(struct engine *e);
  * Returns ENGINE_OK or ENGINE_ENOMEM. */
 int engine_load(struct engine *e, const struct lease_row *row);
 
+/* Makes the restart quarantine last at least until end_ns (never
+ * shortens it): after a restart with a shorter TTL, leases granted under
+ * the longer one need its length. */
+void engine_extend_quarantine(struct engine *e, int64_t end_ns);
+int64_t engine_quarantine_end(const struct engine *e);
+
 /* The token floor: every session without an entry gets floor + 1 on its
  * first takeover. engine_raise_floor never lowers it. */
 void engine_raise_floor(struct engine *e, uint64_t floor);

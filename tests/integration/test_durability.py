@@ -93,4 +93,35 @@ def test_calls_arriving_during_a_commit_share_the_next():
         assert max(sizes) >= 10, sizes
 
 
+def test_shorter_ttl_after_restart_keeps_the_old_quarantine():
+    """A lease granted under a 3 s TTL whose last renewal never reached the
+    disk (a power loss: its stored expiry is stale) stays with its owner
+    for 3 s after a restart, even when leased comes back with a 500 ms
+    TTL; after that the stored quarantine TTL drops to the new one."""
+    d = harness.Leased(ttl="3s").start()
+    c = d.client()
+    a = c.acquire("s", "A")
+    d.kill9()
+    con = sqlite3.connect(d.db_path, isolation_level=None)
+    con.execute("UPDATE leases SET expiry_ns = 1 WHERE session_id = 's'")
+    con.close()
+    d.ttl = "500ms"
+    d.start()
+    started = time.monotonic()
+    with d:
+        c = d.client()
+        time.sleep(1.0)
+        harness.expect_code(harness.grpc.StatusCode.FAILED_PRECONDITION,
+                            c.acquire, "s", "B")
+        time.sleep(max(0.0, 3.3 - (time.monotonic() - started)))
+        b = c.acquire("s", "B")
+        assert b.token == a.token + 1, (a.token, b.token)
+        time.sleep(1.2)  # the next garbage-collection tick lowers it
+        con = sqlite3.connect(d.db_path)
+        ttl = con.execute("SELECT value FROM meta "
+                          "WHERE key = 'quarantine_ttl_ns'").fetchone()[0]
+        con.close()
+        assert ttl == 500_000_000, ttl
+
+
 harness.main(globals())
