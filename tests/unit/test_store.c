@@ -197,6 +197,22 @@ TEST(busy_database_fails_then_recovers)
     store_close(s);
 }
 
-CHECK_MAIN(put_update_and_reload, stale_condition_rolls_back_whole_batch,
+TEST(meta_values_survive_reopen)
+{
+    fresh();
+    struct store *s = open_store();
+    int64_t v = 42;
+    CHECK_EQ_I64(store_get_meta(s, "quarantine_ttl_ns", &v), STORE_OK);
+    CHECK_EQ_I64(v, 0); /* absent */
+    CHECK_EQ_I64(store_set_meta(s, "quarantine_ttl_ns", 3000), STORE_OK);
+    CHECK_EQ_I64(store_set_meta(s, "quarantine_ttl_ns", 500), STORE_OK);
+    store_close(s);
+    s = open_store();
+    CHECK_EQ_I64(store_get_meta(s, "quarantine_ttl_ns", &v), STORE_OK);
+    CHECK_EQ_I64(v, 500);
+    store_close(s);
+}
+
+CHECK_MAIN(meta_values_survive_reopen, put_update_and_reload, stale_condition_rolls_back_whole_batch,
            delete_raises_floor_never_lowers, newer_schema_refused,
            busy_database_fails_then_recovers)
