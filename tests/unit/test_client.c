@@ -1,6 +1,7 @@
 /* liblease's front door: argument checks, error texts, the driver's
  * address rule and its transport errors. */
 #include <arpa/inet.h>
+#include <stdbool.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -26,18 +27,27 @@ TEST(grpc_refuses_plaintext_beyond_loopback)
     CHECK_EQ_I64(lease_grpc_open(NULL, NULL, &c), LEASE_EINVAL);
 }
 
-TEST(unreachable_server_is_unavailable)
+/* Binds a loopback TCP socket on a free port, listening or not; writes
+ * "127.0.0.1:PORT" into target. Returns the socket. */
+static int loopback_socket(bool listening, char *target, size_t len)
 {
-    /* A port nobody listens on: bind one, close it. */
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
+    socklen_t alen = sizeof(a);
     CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-    CHECK(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    close(fd);
+    if (listening)
+        CHECK(listen(fd, 16) == 0);
+    CHECK(getsockname(fd, (struct sockaddr *)&a, &alen) == 0);
+    snprintf(target, len, "127.0.0.1:%d", ntohs(a.sin_port));
+    return fd;
+}
+
+TEST(unreachable_server_is_unavailable)
+{
+    /* A port nobody listens on: bind one, close it. */
     char target[64];
-    snprintf(target, sizeof(target), "127.0.0.1:%d", ntohs(a.sin_port));
+    close(loopback_socket(false, target, sizeof(target)));
     struct lease_client *c;
     struct lease_grpc_options o = {.timeout_ms = 2000};
     CHECK_EQ_I64(lease_grpc_open(target, &o, &c), LEASE_OK);
@@ -50,15 +60,8 @@ TEST(unreachable_server_is_unavailable)
 TEST(silent_server_is_deadline)
 {
     /* Listens but never speaks HTTP/2: the outcome is unknown. */
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-    CHECK(listen(fd, 16) == 0);
-    CHECK(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
     char target[64];
-    snprintf(target, sizeof(target), "127.0.0.1:%d", ntohs(a.sin_port));
+    int fd = loopback_socket(true, target, sizeof(target));
     struct lease_client *c;
     struct lease_grpc_options o = {.timeout_ms = 300};
     CHECK_EQ_I64(lease_grpc_open(target, &o, &c), LEASE_OK);
