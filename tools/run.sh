@@ -6,5 +6,5 @@ set -eu
 cd "$(dirname "$0")/.."
 tools/deps.sh
 [ -f build/build.ninja ] || meson setup build >/dev/null
-meson compile -C build leased >/dev/null
+meson compile -C build daemon/leased:executable >/dev/null
 exec build/daemon/leased "$@"
