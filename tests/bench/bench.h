@@ -65,7 +65,8 @@ struct bench_target_ops {
     /* Per thread: connect to host:port (borrowed). Returns 0 or -1. */
     int (*thread_init)(struct bench_thread *t, const char *hostport);
     /* Starts s->op on session s->sessions[s->cur]. When it ends, the
-     * target calls bench_done() on the thread that runs t's loop. */
+     * target calls bench_done() from the thread's loop: never from inside
+     * start() itself (report a failure to start on the next tick). */
     void (*start)(struct slot *s);
     /* Runs the thread's event loop until bench_thread_finished(). */
     void (*run)(struct bench_thread *t);
@@ -99,13 +100,13 @@ struct bench_run {
     char **names;   /* session names */
     _Atomic int phase;
     atomic_size_t ready_slots; /* renew: slots done preparing */
-    bool verbose;
 };
 
 /* Called by a target when slot s's operation ended. result: RESULT_OK
  * with the lease's token (and lease_id) on Acquire/Renew; status: the
  * gRPC status (or STATUS_CONNECT) of an error. Starts the slot's next
- * operation unless the run is stopping. */
+ * operation unless the run is stopping; after an error the slot rests
+ * until the next tick, so that a failing target is not hammered. */
 void bench_done(struct slot *s, enum bench_result result, int status,
                 uint64_t token, int64_t lease_id);
 

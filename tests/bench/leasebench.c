@@ -23,9 +23,11 @@
 
 #include "bench.h"
 
-extern const struct bench_target_ops bench_target_leased, bench_target_null;
+extern const struct bench_target_ops bench_target_leased, bench_target_null,
+    bench_target_etcd, bench_target_redis;
 static const struct bench_target_ops *const targets[] = {
-    &bench_target_leased, &bench_target_null};
+    &bench_target_leased, &bench_target_null, &bench_target_etcd,
+    &bench_target_redis};
 
 static const char *const workload_names[] = {
     [WL_RENEW] = "renew", [WL_CHURN] = "churn", [WL_CONTEND] = "contend"};
@@ -33,13 +35,14 @@ static const char *const workload_names[] = {
 static const char usage[] =
     "Usage: leasebench --target SCHEME://HOST:PORT [FLAGS]\n"
     "\n"
-    "  --target URL        leased://, null:// (leasebench-null)\n"
+    "  --target URL        leased://, null:// (leasebench-null), etcd://\n"
+    "                      (etcd v3 gRPC API) or redis://\n"
     "  --workload W        renew (90 in 100 renew, 5 acquire, 5 release of\n"
     "                      its own leases), churn (acquire/release), or\n"
     "                      contend (many owners, few sessions) [renew]\n"
     "  --sessions N        sessions [1024; contend: 8]\n"
     "  --concurrency N     calls in flight [64]\n"
-    "  --connections N     connections [1]\n"
+    "  --connections N     connections, at least one per thread [1]\n"
     "  --threads N         client threads [1]\n"
     "  --duration D        measured time, e.g. 10s [10s]\n"
     "  --warmup D          unmeasured time before it [2s]\n"
@@ -84,7 +87,8 @@ void bench_done(struct slot *s, enum bench_result result, int status,
             t->errors[status >= 0 && status < STATUS_MAX ? status : 2]++;
         }
     }
-    start_slot(s);
+    if (result != RESULT_ERROR)
+        start_slot(s);
 }
 
 void bench_tick(struct bench_thread *t)
@@ -342,6 +346,8 @@ int main(int argc, char **argv)
     if (run.concurrency < 1 || run.threads < 1 || run.connections < 1 ||
         run.threads > run.concurrency || duration_ms <= 0)
         goto bad;
+    if (run.connections < run.threads)
+        run.connections = run.threads; /* each thread has its own */
 
     grpc_init();
     struct timespec seed;

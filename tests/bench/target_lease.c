@@ -13,15 +13,11 @@
 #include <string.h>
 
 #include "bench.h"
+#include "grpc_conns.h"
 #include "mecatl/driver/v1/session_lease.pb-c.h"
 
 #define CALL_TIMEOUT_MS 10000
 
-struct lease_thread {
-    grpc_completion_queue *cq;
-    grpc_channel **channels;
-    size_t nchannels;
-};
 
 struct lease_call {
     grpc_call *call;
@@ -39,30 +35,14 @@ static const char *const paths[OP_COUNT] = {
 
 static int lease_thread_init(struct bench_thread *t, const char *hostport)
 {
-    struct bench_run *run = t->run;
-    struct lease_thread *lt = calloc(1, sizeof(*lt));
-    if (lt == NULL)
+    struct grpc_conns *g = calloc(1, sizeof(*g));
+    if (g == NULL || grpc_conns_open(g, t, hostport) != 0) {
+        free(g);
         return -1;
-    /* This thread's share of the connections (at least one). */
-    size_t n = run->connections / run->threads +
-               ((size_t)t->id < run->connections % run->threads);
-    lt->nchannels = n > 0 ? n : 1;
-    lt->channels = calloc(lt->nchannels, sizeof(*lt->channels));
-    lt->cq = grpc_completion_queue_create_for_next(NULL);
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-    for (size_t i = 0; i < lt->nchannels; i++) {
-        /* A distinct channel argument per channel keeps gRPC from sharing
-         * one connection among them. */
-        grpc_arg arg = {.type = GRPC_ARG_INTEGER,
-                        .key = "leasebench.connection",
-                        .value.integer = (int)(t->id * 1000 + i)};
-        grpc_channel_args args = {1, &arg};
-        lt->channels[i] = grpc_channel_create(hostport, creds, &args);
     }
-    grpc_channel_credentials_release(creds);
     for (size_t i = 0; i < t->nslots; i++)
         t->slots[i].target = calloc(1, sizeof(struct lease_call));
-    t->target = lt;
+    t->target = g;
     return 0;
 }
 
@@ -97,14 +77,14 @@ static grpc_byte_buffer *encode(const struct slot *s)
 
 static void lease_start(struct slot *s)
 {
-    struct lease_thread *lt = s->thread->target;
+    struct grpc_conns *g = s->thread->target;
     struct lease_call *c = s->target;
-    grpc_channel *ch = lt->channels[(size_t)s->id % lt->nchannels];
+    grpc_channel *ch = grpc_conns_channel(g, s);
     gpr_timespec deadline =
         gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                      gpr_time_from_millis(CALL_TIMEOUT_MS, GPR_TIMESPAN));
     c->call = grpc_channel_create_call(
-        ch, NULL, GRPC_PROPAGATE_DEFAULTS, lt->cq,
+        ch, NULL, GRPC_PROPAGATE_DEFAULTS, g->cq,
         grpc_slice_from_static_string(paths[s->op]), NULL, deadline, NULL);
     grpc_metadata_array_init(&c->initial);
     grpc_metadata_array_init(&c->trailing);
@@ -157,7 +137,10 @@ static void finish(struct slot *s)
     } else if (c->status == GRPC_STATUS_FAILED_PRECONDITION) {
         result = RESULT_HELD;
     }
-    int status = (int)c->status;
+    /* An OK call whose reply does not decode is the server's fault. */
+    int status = result == RESULT_ERROR && c->status == GRPC_STATUS_OK
+                     ? (int)GRPC_STATUS_INTERNAL
+                     : (int)c->status;
     grpc_metadata_array_destroy(&c->initial);
     grpc_metadata_array_destroy(&c->trailing);
     grpc_byte_buffer_destroy(c->send);
@@ -170,10 +153,10 @@ static void finish(struct slot *s)
 
 static void lease_run(struct bench_thread *t)
 {
-    struct lease_thread *lt = t->target;
+    struct grpc_conns *g = t->target;
     while (!bench_thread_finished(t)) {
         grpc_event ev = grpc_completion_queue_next(
-            lt->cq, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+            g->cq, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                                  gpr_time_from_millis(50, GPR_TIMESPAN)),
             NULL);
         if (ev.type == GRPC_OP_COMPLETE)
@@ -185,19 +168,11 @@ static void lease_run(struct bench_thread *t)
 
 static void lease_thread_close(struct bench_thread *t)
 {
-    struct lease_thread *lt = t->target;
-    for (size_t i = 0; i < lt->nchannels; i++)
-        grpc_channel_destroy(lt->channels[i]);
-    grpc_completion_queue_shutdown(lt->cq);
-    while (grpc_completion_queue_next(lt->cq,
-                                      gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
-               .type != GRPC_QUEUE_SHUTDOWN)
-        ;
-    grpc_completion_queue_destroy(lt->cq);
+    struct grpc_conns *g = t->target;
+    grpc_conns_close(g);
     for (size_t i = 0; i < t->nslots; i++)
         free(t->slots[i].target);
-    free(lt->channels);
-    free(lt);
+    free(g);
 }
 
 const struct bench_target_ops bench_target_leased = {

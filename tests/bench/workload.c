@@ -15,7 +15,8 @@
 
 static unsigned rnd(struct slot *s)
 {
-    /* xorshift on the slot's own state: no shared RNG between threads. */
+    /* xorshift, one state per thread (seeded from the first slot that
+     * asks): no RNG shared between threads. */
     static _Thread_local uint64_t x;
     if (x == 0)
         x = 0x9e3779b97f4a7c15u ^ (uint64_t)(uintptr_t)s;
