@@ -7,6 +7,7 @@
 #ifndef LEASED_REQUEST_H
 #define LEASED_REQUEST_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,6 +34,7 @@ struct request {
 
     /* Set by the loop before the reply. */
     enum reply_status status;
+    bool needs_sync; /* changed ownership: answer only once on disk */
     char reason[128]; /* status_details when not OK; may be empty */
     uint64_t grant_token;
     int64_t grant_expiry_ns;

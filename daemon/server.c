@@ -3,12 +3,22 @@
  *
  * Requests wait in `pending` while a commit is in flight. When none is,
  * everything pending (up to MAX_BATCH) becomes one batch: the engine
- * decides each request in arrival order at one `now`, the changes go to
- * the store in one transaction on a worker thread, and every request of
- * the batch is answered when it commits. A batch with a takeover or a
- * release commits with fsync (design.md, promise 7). If the commit fails,
- * the engine undoes the batch and every request in it gets UNAVAILABLE:
- * never OK for something that was not stored.
+ * decides each request in arrival order at one `now`, and the changes go
+ * to the store in one transaction on a worker thread (group commit). Then,
+ * in two steps:
+ *
+ *   committed  requests that changed no owner (renewals, refusals, no-op
+ *              releases) are answered: their change survives a crash of
+ *              the process, and the restart quarantine covers a power
+ *              loss (design.md, "Clocks");
+ *   synced     if the batch changed an owner, the WAL is fsynced on the
+ *              worker, and then the takeovers and releases are answered
+ *              (design.md, promise 7).
+ *
+ * If the commit fails, the engine undoes the batch and every request in
+ * it gets UNAVAILABLE: never OK for something that was not stored. If the
+ * sync fails, the batch stays committed but the requests waiting for it
+ * get UNAVAILABLE: their outcome is unknown, as after a lost reply.
  *
  * The engine and the store are touched only by the loop, and by the
  * worker only while `committing` (when the loop leaves them alone).
@@ -40,12 +50,12 @@ struct server {
 
     struct request *pending, *pending_tail;
 
-    /* The batch being committed. */
+    /* The batch being committed (and then synced). */
     bool committing;
     struct request *batch;
     struct engine_change *chgs; /* MAX_BATCH + GC_MAX */
     size_t nchgs;
-    bool durable;
+    bool durable; /* the batch changed an owner: sync it */
     int commit_err;
     int64_t commit_ns; /* how long store_apply took */
     char commit_errmsg[256];
@@ -92,10 +102,12 @@ static void decide(struct server *s, int64_t now_ns, struct request *req)
         break;
     }
     req->reason[0] = '\0';
+    req->needs_sync = false;
     switch (rc) {
     case ENGINE_OK:
         s->nchgs++;
         s->durable |= chg->durable;
+        req->needs_sync = chg->durable;
         req->status = REPLY_OK;
         req->grant_token = grant.token;
         req->grant_expiry_ns = grant.expiry_ns;
@@ -130,7 +142,7 @@ static void commit_work(uv_work_t *w)
 {
     struct server *s = w->data;
     int64_t t0 = clock_mono_ns();
-    s->commit_err = store_apply(s->store, s->chgs, s->nchgs, s->durable);
+    s->commit_err = store_apply(s->store, s->chgs, s->nchgs);
     s->commit_ns = clock_mono_ns() - t0;
     if (s->commit_err != STORE_OK)
         snprintf(s->commit_errmsg, sizeof(s->commit_errmsg), "%s",
@@ -139,6 +151,47 @@ static void commit_work(uv_work_t *w)
 
 static void process(struct server *s);
 static void finish_close(struct server *s);
+
+/* The batch is done: the next one may start. */
+static void batch_done(struct server *s)
+{
+    s->committing = false;
+    if (s->closing)
+        finish_close(s);
+    else
+        process(s);
+}
+
+static void sync_work(uv_work_t *w)
+{
+    struct server *s = w->data;
+    int64_t t0 = clock_mono_ns();
+    s->commit_err = store_sync(s->store);
+    s->commit_ns = clock_mono_ns() - t0;
+    if (s->commit_err != STORE_OK)
+        snprintf(s->commit_errmsg, sizeof(s->commit_errmsg), "%s",
+                 store_errmsg(s->store));
+}
+
+static void sync_done(uv_work_t *w, int status)
+{
+    struct server *s = w->data;
+    if (status == 0 && s->commit_err == STORE_OK) {
+        log_debug("synced", "sync_us=%lld", (long long)(s->commit_ns / 1000));
+    } else {
+        log_warn("sync_failed", "error=\"%s\"", s->commit_errmsg);
+        s->storage_failing = true;
+        for (struct request *r = s->batch; r != NULL; r = r->next) {
+            r->status = REPLY_UNAVAILABLE;
+            snprintf(r->reason, sizeof(r->reason),
+                     "storage unavailable: outcome unknown");
+        }
+    }
+    struct request *waiting = s->batch;
+    s->batch = NULL;
+    answer_all(s, waiting);
+    batch_done(s);
+}
 
 static void commit_done(uv_work_t *w, int status)
 {
@@ -161,18 +214,32 @@ static void commit_done(uv_work_t *w, int status)
         s->storage_failing = true;
         for (struct request *r = s->batch; r != NULL; r = r->next) {
             r->status = REPLY_UNAVAILABLE;
+            r->needs_sync = false;
             snprintf(r->reason, sizeof(r->reason), "storage unavailable");
         }
     }
-    struct request *batch = s->batch;
-    s->batch = NULL;
     s->nchgs = 0;
-    s->committing = false;
-    answer_all(s, batch);
-    if (s->closing)
-        finish_close(s);
+    /* Answer what need not wait for the disk; keep the rest for the
+     * sync. */
+    struct request *now = NULL, **now_tail = &now;
+    struct request *later = NULL, **later_tail = &later;
+    for (struct request *r = s->batch, *next; r != NULL; r = next) {
+        next = r->next;
+        r->next = NULL;
+        if (r->needs_sync) {
+            *later_tail = r;
+            later_tail = &r->next;
+        } else {
+            *now_tail = r;
+            now_tail = &r->next;
+        }
+    }
+    s->batch = later;
+    answer_all(s, now);
+    if (later != NULL)
+        uv_queue_work(s->loop, &s->work, sync_work, sync_done);
     else
-        process(s);
+        batch_done(s);
 }
 
 /* Decides everything pending, batch by batch, until a commit is in

@@ -12,8 +12,11 @@
  *     (see server.c); absent in a new database.
  *
  * WAL mode, one connection, BEGIN IMMEDIATE, a bounded busy timeout.
- * synchronous is FULL for durable batches and NORMAL otherwise; a FULL
- * commit syncs the WAL frames of the NORMAL commits before it too.
+ * synchronous is NORMAL: a commit writes its WAL frames (safe from a
+ * crash of the process) and store_sync() fsyncs the WAL on demand, which
+ * is what synchronous=FULL would do at every commit. Splitting the two
+ * lets the daemon answer renewals at commit and ownership changes after
+ * the sync.
  */
 #include "store.h"
 
@@ -56,7 +59,6 @@ static const char *const stmt_sql[ST_COUNT] = {
 struct store {
     sqlite3 *db;
     sqlite3_stmt *stmt[ST_COUNT];
-    int synchronous_full; /* -1 unknown, 0 NORMAL, 1 FULL */
     char errmsg[256];
 };
 
@@ -143,7 +145,6 @@ int store_open(const char *path, int busy_timeout_ms, struct store **out,
         snprintf(errmsg, errmsg_len, "out of memory");
         return STORE_ENOMEM;
     }
-    s->synchronous_full = -1;
     int rc = sqlite3_open_v2(path, &s->db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
                                  SQLITE_OPEN_NOMUTEX,
@@ -157,6 +158,8 @@ int store_open(const char *path, int busy_timeout_ms, struct store **out,
     sqlite3_busy_timeout(s->db, busy_timeout_ms);
     sqlite3_extended_result_codes(s->db, 1);
     err = exec(s, "PRAGMA journal_mode = WAL");
+    if (err == STORE_OK)
+        err = exec(s, "PRAGMA synchronous = NORMAL");
     if (err == STORE_OK)
         err = exec(s, "PRAGMA foreign_keys = OFF");
     if (err == STORE_OK)
@@ -299,31 +302,15 @@ static int apply_one(struct store *s, const struct engine_change *c,
     return step_returning(s, ST_PUT);
 }
 
-/* PRAGMA synchronous takes effect when the statement is prepared, not
- * when it runs, so it cannot be a kept prepared statement: exec it. */
-static int set_synchronous(struct store *s, bool full)
-{
-    if (s->synchronous_full == (int)full)
-        return STORE_OK;
-    int err = exec(s, full ? "PRAGMA synchronous = FULL"
-                           : "PRAGMA synchronous = NORMAL");
-    s->synchronous_full = err == STORE_OK ? (int)full : -1;
-    return err;
-}
-
 static int raise_floor(struct store *s, uint64_t floor)
 {
     sqlite3_bind_int64(s->stmt[ST_RAISE_FLOOR], 1, (sqlite3_int64)floor);
     return step_done(s, ST_RAISE_FLOOR);
 }
 
-int store_apply(struct store *s, const struct engine_change *chgs, size_t n,
-                bool durable)
+int store_apply(struct store *s, const struct engine_change *chgs, size_t n)
 {
-    int err = set_synchronous(s, durable);
-    if (err != STORE_OK)
-        return err;
-    err = step_done(s, ST_BEGIN);
+    int err = step_done(s, ST_BEGIN);
     if (err != STORE_OK)
         return err;
     uint64_t deleted_max = 0;
@@ -357,11 +344,21 @@ int store_get_meta(struct store *s, const char *key, int64_t *value)
                                                  : sql_fail(s, rc, key);
 }
 
+int store_sync(struct store *s)
+{
+    sqlite3_file *wal = NULL;
+    int rc = sqlite3_file_control(s->db, "main", SQLITE_FCNTL_JOURNAL_POINTER,
+                                  &wal);
+    if (rc != SQLITE_OK)
+        return sql_fail(s, rc, "finding the WAL");
+    if (wal == NULL || wal->pMethods == NULL)
+        return STORE_OK; /* no WAL open: nothing committed to sync */
+    rc = wal->pMethods->xSync(wal, SQLITE_SYNC_NORMAL);
+    return rc == SQLITE_OK ? STORE_OK : sql_fail(s, rc, "syncing the WAL");
+}
+
 int store_set_meta(struct store *s, const char *key, int64_t value)
 {
-    int err = set_synchronous(s, true);
-    if (err != STORE_OK)
-        return err;
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(
         s->db,
@@ -374,5 +371,5 @@ int store_set_meta(struct store *s, const char *key, int64_t value)
     sqlite3_bind_int64(st, 2, value);
     rc = sqlite3_step(st);
     sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? STORE_OK : sql_fail(s, rc, key);
+    return rc == SQLITE_DONE ? store_sync(s) : sql_fail(s, rc, key);
 }

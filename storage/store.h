@@ -47,15 +47,17 @@ int store_load(struct store *s,
                int (*row_cb)(void *arg, const struct lease_row *row),
                void *arg, uint64_t *floor);
 
-/* Applies n changes in one transaction. durable: fsync before returning
- * (synchronous=FULL); otherwise the commit survives a crash of the process
- * but maybe not a power loss. Deleted rows raise the stored floor. On any
- * error nothing is applied. */
-int store_apply(struct store *s, const struct engine_change *chgs, size_t n,
-                bool durable);
+/* Applies n changes in one transaction and commits it: it survives a
+ * crash of the process, but not a power loss until store_sync(). Deleted
+ * rows raise the stored floor. On any error nothing is applied. */
+int store_apply(struct store *s, const struct engine_change *chgs, size_t n);
+
+/* Makes every commit so far durable (fsync). An error leaves it unknown
+ * whether they are on disk. */
+int store_sync(struct store *s);
 
 /* Reads the integer meta value under key (*value = 0 if absent), or
- * writes it durably (fsync). key is borrowed. */
+ * writes it durably (commit and sync). key is borrowed. */
 int store_get_meta(struct store *s, const char *key, int64_t *value);
 int store_set_meta(struct store *s, const char *key, int64_t value);
 

@@ -95,7 +95,8 @@ TEST(put_update_and_reload)
     struct engine_change b = update(a, "A", 1, 200);
     struct engine_change c = update(b, "", 1, 200); /* released */
     struct engine_change batch[] = {a, b, c, put("s2", "B", 4, 300)};
-    CHECK_EQ_I64(store_apply(s, batch, 4, true), STORE_OK);
+    CHECK_EQ_I64(store_apply(s, batch, 4), STORE_OK);
+    CHECK_EQ_I64(store_sync(s), STORE_OK);
     store_close(s);
     s = open_store();
     struct loaded l = {0};
@@ -117,16 +118,16 @@ TEST(stale_condition_rolls_back_whole_batch)
     fresh();
     struct store *s = open_store();
     struct engine_change a = put("s1", "A", 1, 100);
-    CHECK_EQ_I64(store_apply(s, &a, 1, false), STORE_OK);
+    CHECK_EQ_I64(store_apply(s, &a, 1), STORE_OK);
     /* A good new row, then an update that expects a row that is not
      * there (wrong token): nothing of the batch may stay. */
     struct engine_change stale = update(a, "B", 2, 300);
     stale.before.token = 7;
     struct engine_change batch[] = {put("s2", "C", 1, 100), stale};
-    CHECK_EQ_I64(store_apply(s, batch, 2, true), STORE_ECONFLICT);
+    CHECK_EQ_I64(store_apply(s, batch, 2), STORE_ECONFLICT);
     /* A second insert of an existing row is a conflict too. */
     struct engine_change dup = put("s1", "Z", 9, 1);
-    CHECK_EQ_I64(store_apply(s, &dup, 1, true), STORE_ECONFLICT);
+    CHECK_EQ_I64(store_apply(s, &dup, 1), STORE_ECONFLICT);
     struct loaded l = {0};
     uint64_t floor;
     CHECK_EQ_I64(store_load(s, collect, &l, &floor), STORE_OK);
@@ -134,7 +135,7 @@ TEST(stale_condition_rolls_back_whole_batch)
     CHECK_STR(l.owner[0], "A");
     /* The store still works after a failed batch. */
     struct engine_change ok = update(a, "B", 2, 300);
-    CHECK_EQ_I64(store_apply(s, &ok, 1, true), STORE_OK);
+    CHECK_EQ_I64(store_apply(s, &ok, 1), STORE_OK);
     store_close(s);
 }
 
@@ -145,12 +146,12 @@ TEST(delete_raises_floor_never_lowers)
     struct engine_change a = put("s1", "A", 5, 100);
     struct engine_change b = put("s2", "A", 3, 100);
     struct engine_change batch[] = {a, b};
-    CHECK_EQ_I64(store_apply(s, batch, 2, true), STORE_OK);
+    CHECK_EQ_I64(store_apply(s, batch, 2), STORE_OK);
     struct engine_change del = {.kind = ENGINE_DELETE, .has_before = true,
                                 .before = a.after};
-    CHECK_EQ_I64(store_apply(s, &del, 1, false), STORE_OK);
+    CHECK_EQ_I64(store_apply(s, &del, 1), STORE_OK);
     del.before = b.after;
-    CHECK_EQ_I64(store_apply(s, &del, 1, false), STORE_OK);
+    CHECK_EQ_I64(store_apply(s, &del, 1), STORE_OK);
     struct loaded l = {0};
     uint64_t floor = 0;
     CHECK_EQ_I64(store_load(s, collect, &l, &floor), STORE_OK);
@@ -158,7 +159,7 @@ TEST(delete_raises_floor_never_lowers)
     CHECK_EQ_U64(floor, 5);
     /* Deleting a row that is not as expected fails and keeps the floor. */
     del.before.token = 50;
-    CHECK_EQ_I64(store_apply(s, &del, 1, false), STORE_ECONFLICT);
+    CHECK_EQ_I64(store_apply(s, &del, 1), STORE_ECONFLICT);
     CHECK_EQ_I64(store_load(s, collect, &l, &floor), STORE_OK);
     CHECK_EQ_U64(floor, 5);
     store_close(s);
@@ -189,11 +190,11 @@ TEST(busy_database_fails_then_recovers)
     CHECK_EQ_I64(sqlite3_open(path, &db), SQLITE_OK);
     CHECK_EQ_I64(sqlite3_exec(db, "BEGIN IMMEDIATE", 0, 0, 0), SQLITE_OK);
     struct engine_change a = put("s1", "A", 1, 100);
-    CHECK_EQ_I64(store_apply(s, &a, 1, true), STORE_EBUSY);
+    CHECK_EQ_I64(store_apply(s, &a, 1), STORE_EBUSY);
     CHECK(strlen(store_errmsg(s)) > 0);
     CHECK_EQ_I64(sqlite3_exec(db, "ROLLBACK", 0, 0, 0), SQLITE_OK);
     sqlite3_close(db);
-    CHECK_EQ_I64(store_apply(s, &a, 1, true), STORE_OK);
+    CHECK_EQ_I64(store_apply(s, &a, 1), STORE_OK);
     store_close(s);
 }
 
