@@ -8,13 +8,21 @@
  *            arms a successor, decodes it, and either answers it (bad
  *            input, queue full) -> SENDING, or queues it -> AT_LOOP
  *   UNKNOWN  requested for any other method -> SENDING (UNIMPLEMENTED)
- *   AT_LOOP  owned by the loop until frontend_reply(), which posts an
- *            empty batch so that the CQ thread gets it back -> READY
- *   READY    the CQ thread encodes and sends the reply -> SENDING
+ *   AT_LOOP  owned by the loop until frontend_reply() puts it on the
+ *            reply list -> READY
+ *   READY    on the reply list; the CQ thread encodes and sends the
+ *            reply -> SENDING
  *   SENDING  the final batch completes; the CQ thread frees it
  *
  * Replies are built and started on the CQ thread: a batch started there
- * needs no hop through gRPC's executor (grpc-core-notes.md).
+ * needs no hop through gRPC's executor (grpc-core-notes.md). The reply
+ * list goes back in one piece: the reply that finds it empty posts an
+ * empty batch on its call, which completes at once on the queue, and the
+ * CQ thread then sends every reply on the list; one wake-up carries a
+ * whole batch. Only the head of the list can have an empty batch pending,
+ * and only that batch's completion takes the list (a reply that finds the
+ * list non-empty posts nothing), so no rpc is freed while its empty batch
+ * is pending.
  *
  * Shutdown: the loop calls grpc_server_shutdown_and_notify(); armed
  * requests then complete unsuccessfully and are freed; the thread ends
@@ -63,6 +71,7 @@ struct rpc {
     grpc_byte_buffer *body;    /* reply message */
     grpc_slice status_details;
     int cancelled;
+    struct rpc *next_reply; /* the reply list */
 };
 
 struct frontend {
@@ -77,6 +86,8 @@ struct frontend {
     pthread_mutex_t lock;
     struct request *head, *tail;
     uv_async_t async;
+    /* The hand-back: the loop appends, the CQ thread takes everything. */
+    struct rpc *replies, *replies_tail;
     atomic_size_t pending; /* handed to the loop, not yet answered */
 
     /* CQ thread only (and the creating thread before it starts). */
@@ -267,6 +278,20 @@ static void reject_unknown(struct rpc *r)
     send_reply(r, GRPC_STATUS_UNIMPLEMENTED, details, NULL);
 }
 
+/* Sends every reply the loop handed back. */
+static void send_replies(struct frontend *fe)
+{
+    pthread_mutex_lock(&fe->lock);
+    struct rpc *r = fe->replies;
+    fe->replies = fe->replies_tail = NULL;
+    pthread_mutex_unlock(&fe->lock);
+    while (r != NULL) {
+        struct rpc *next = r->next_reply;
+        reply_request(r);
+        r = next;
+    }
+}
+
 static void on_event(struct frontend *fe, grpc_event ev)
 {
     if (ev.tag == &fe->shutdown_tag) {
@@ -290,7 +315,7 @@ static void on_event(struct frontend *fe, grpc_event ev)
             rpc_free(r);
         return;
     case RPC_READY:
-        reply_request(r);
+        send_replies(fe);
         return;
     case RPC_SENDING:
         rpc_free(r);
@@ -366,11 +391,20 @@ static void on_async(uv_async_t *h)
 void frontend_reply(struct frontend *fe, struct request *req)
 {
     struct rpc *r = (struct rpc *)req;
-    grpc_call *call = r->call; /* r belongs to the CQ thread after this */
+    grpc_call *call = r->call;
     atomic_fetch_sub(&fe->pending, 1);
     r->state = RPC_READY;
-    /* An empty batch completes at once on the CQ, handing the rpc back
-     * to the CQ thread, which builds and starts the real reply. */
+    r->next_reply = NULL;
+    pthread_mutex_lock(&fe->lock);
+    bool first = fe->replies == NULL;
+    if (first)
+        fe->replies = r;
+    else
+        fe->replies_tail->next_reply = r;
+    fe->replies_tail = r;
+    pthread_mutex_unlock(&fe->lock);
+    if (!first)
+        return; /* the head's empty batch brings the CQ thread */
     grpc_call_error err = grpc_call_start_batch(call, NULL, 0, r, NULL);
     if (err != GRPC_CALL_OK) {
         log_error("handback_failed", "grpc_call_error=%d", (int)err);
