@@ -35,6 +35,7 @@ struct request {
     /* Set by the loop before the reply. */
     enum reply_status status;
     bool needs_sync; /* changed ownership: answer only once on disk */
+    uint64_t commit_seq; /* the loop's: which commit it waits to be synced */
     char reason[128]; /* status_details when not OK; may be empty */
     uint64_t grant_token;
     int64_t grant_expiry_ns;

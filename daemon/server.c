@@ -10,22 +10,30 @@
  *   committed  requests that changed no owner (renewals, refusals, no-op
  *              releases) are answered: their change survives a crash of
  *              the process, and the restart quarantine covers a power
- *              loss (design.md, "Clocks");
- *   synced     if the batch changed an owner, the WAL is fsynced on the
- *              worker, and then the takeovers and releases are answered
- *              (design.md, promise 7).
+ *              loss (design.md, "Clocks"); the takeovers and releases
+ *              move to `waiting`, and the next batch may commit;
+ *   synced     a sync (fdatasync of the WAL, on another worker) that
+ *              began after their commit ended answers them (design.md,
+ *              promise 7).
  *
- * If the commit fails, the engine undoes the batch and every request in
- * it gets UNAVAILABLE: never OK for something that was not stored. If the
- * sync fails, the batch stays committed but the requests waiting for it
- * get UNAVAILABLE: their outcome is unknown, as after a lost reply.
+ * So one commit and one sync may be in flight at once: the next batch
+ * commits while the last one syncs, and no renewal waits for a disk
+ * flush. Each commit has a sequence number; a sync covers every commit
+ * that ended before it began (`sync_covers`).
+ *
+ * If a commit fails, the engine undoes the batch and every request in it
+ * gets UNAVAILABLE: never OK for something that was not stored. If a sync
+ * fails, its commits stay, but the requests waiting for it get
+ * UNAVAILABLE: their outcome is unknown, as after a lost reply.
  *
  * The engine and the store are touched only by the loop, and by the
- * worker only while `committing` (when the loop leaves them alone).
+ * commit worker only while `committing` (when the loop leaves them
+ * alone); the sync worker touches only store_sync().
  */
 #include "server.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,17 +58,27 @@ struct server {
 
     struct request *pending, *pending_tail;
 
-    /* The batch being committed (and then synced). */
+    /* The batch being committed. */
     bool committing;
     struct request *batch;
     struct engine_change *chgs; /* MAX_BATCH + GC_MAX */
     size_t nchgs;
-    bool durable; /* the batch changed an owner: sync it */
+    bool durable; /* the batch changed an owner */
     int commit_err;
     int64_t commit_ns; /* how long store_apply took */
     char commit_errmsg[256];
+    uint64_t committed_seq; /* commits ended so far */
     bool storage_failing;
-    uv_work_t work;
+    uv_work_t commit_work;
+
+    /* Takeovers and releases committed, waiting for a sync (in commit
+     * order), and the sync in flight. */
+    struct request *waiting, *waiting_tail;
+    bool syncing;
+    uint64_t sync_covers; /* the last commit the sync in flight covers */
+    int sync_errno;
+    int64_t sync_ns;
+    uv_work_t sync_work;
 
     uv_timer_t gc_timer;
     bool gc_due;
@@ -138,7 +156,7 @@ static void answer_all(struct server *s, struct request *list)
     }
 }
 
-static void commit_work(uv_work_t *w)
+static void run_commit(uv_work_t *w)
 {
     struct server *s = w->data;
     int64_t t0 = clock_mono_ns();
@@ -150,53 +168,67 @@ static void commit_work(uv_work_t *w)
 }
 
 static void process(struct server *s);
-static void finish_close(struct server *s);
+static void maybe_finish_close(struct server *s);
+static void sync_done(uv_work_t *w, int status);
 
-/* The batch is done: the next one may start. */
-static void batch_done(struct server *s)
-{
-    s->committing = false;
-    if (s->closing)
-        finish_close(s);
-    else
-        process(s);
-}
-
-static void sync_work(uv_work_t *w)
+static void run_sync(uv_work_t *w)
 {
     struct server *s = w->data;
     int64_t t0 = clock_mono_ns();
-    s->commit_err = store_sync(s->store);
-    s->commit_ns = clock_mono_ns() - t0;
-    if (s->commit_err != STORE_OK)
-        snprintf(s->commit_errmsg, sizeof(s->commit_errmsg), "%s",
-                 store_errmsg(s->store));
+    s->sync_errno = store_sync(s->store) == STORE_OK ? 0 : errno;
+    s->sync_ns = clock_mono_ns() - t0;
+}
+
+/* Starts a sync for everything committed so far, if something waits for
+ * one and none is in flight. */
+static void maybe_sync(struct server *s)
+{
+    if (s->syncing || s->waiting == NULL)
+        return;
+    s->syncing = true;
+    s->sync_covers = s->committed_seq;
+    uv_queue_work(s->loop, &s->sync_work, run_sync, sync_done);
 }
 
 static void sync_done(uv_work_t *w, int status)
 {
     struct server *s = w->data;
-    if (status == 0 && s->commit_err == STORE_OK) {
-        log_debug("synced", "sync_us=%lld", (long long)(s->commit_ns / 1000));
+    bool ok = status == 0 && s->sync_errno == 0;
+    s->syncing = false;
+    if (ok) {
+        log_debug("synced", "sync_us=%lld", (long long)(s->sync_ns / 1000));
     } else {
-        log_warn("sync_failed", "error=\"%s\"", s->commit_errmsg);
+        log_warn("sync_failed", "error=\"%s\"",
+                 strerror(s->sync_errno != 0 ? s->sync_errno : EIO));
         s->storage_failing = true;
-        for (struct request *r = s->batch; r != NULL; r = r->next) {
+    }
+    /* Answer, in commit order, everything this sync covered. */
+    struct request *done = NULL, **tail = &done;
+    while (s->waiting != NULL && s->waiting->commit_seq <= s->sync_covers) {
+        struct request *r = s->waiting;
+        s->waiting = r->next;
+        r->next = NULL;
+        if (!ok) {
             r->status = REPLY_UNAVAILABLE;
             snprintf(r->reason, sizeof(r->reason),
                      "storage unavailable: outcome unknown");
         }
+        *tail = r;
+        tail = &r->next;
     }
-    struct request *waiting = s->batch;
-    s->batch = NULL;
-    answer_all(s, waiting);
-    batch_done(s);
+    if (s->waiting == NULL)
+        s->waiting_tail = NULL;
+    answer_all(s, done);
+    maybe_sync(s);
+    if (s->closing)
+        maybe_finish_close(s);
 }
 
 static void commit_done(uv_work_t *w, int status)
 {
     struct server *s = w->data;
     bool ok = status == 0 && s->commit_err == STORE_OK;
+    uint64_t seq = ++s->committed_seq;
     if (ok) {
         log_debug("committed", "changes=%zu durable=%d commit_us=%lld",
                   s->nchgs, (int)s->durable,
@@ -219,27 +251,32 @@ static void commit_done(uv_work_t *w, int status)
         }
     }
     s->nchgs = 0;
-    /* Answer what need not wait for the disk; keep the rest for the
-     * sync. */
+    s->committing = false;
+    /* Answer what need not wait for the disk; the rest waits for a sync
+     * that begins after this commit. */
     struct request *now = NULL, **now_tail = &now;
-    struct request *later = NULL, **later_tail = &later;
     for (struct request *r = s->batch, *next; r != NULL; r = next) {
         next = r->next;
         r->next = NULL;
         if (r->needs_sync) {
-            *later_tail = r;
-            later_tail = &r->next;
+            r->commit_seq = seq;
+            if (s->waiting_tail != NULL)
+                s->waiting_tail->next = r;
+            else
+                s->waiting = r;
+            s->waiting_tail = r;
         } else {
             *now_tail = r;
             now_tail = &r->next;
         }
     }
-    s->batch = later;
+    s->batch = NULL;
     answer_all(s, now);
-    if (later != NULL)
-        uv_queue_work(s->loop, &s->work, sync_work, sync_done);
+    maybe_sync(s);
+    if (s->closing)
+        maybe_finish_close(s);
     else
-        batch_done(s);
+        process(s);
 }
 
 /* Decides everything pending, batch by batch, until a commit is in
@@ -271,7 +308,7 @@ static void process(struct server *s)
         }
         s->batch = batch;
         s->committing = true;
-        uv_queue_work(s->loop, &s->work, commit_work, commit_done);
+        uv_queue_work(s->loop, &s->commit_work, run_commit, commit_done);
     }
 }
 
@@ -320,7 +357,8 @@ struct server *server_create(uv_loop_t *loop, struct store *store,
         goto nomem;
     s->loop = loop;
     s->store = store;
-    s->work.data = s;
+    s->commit_work.data = s;
+    s->sync_work.data = s;
     clock_init(&s->clock);
     s->engine = engine_create(ttl_ns, clock_now_ns(&s->clock));
     s->chgs = calloc(MAX_BATCH + GC_MAX, sizeof(*s->chgs));
@@ -387,9 +425,13 @@ static void on_timer_closed(uv_handle_t *h)
     done(arg);
 }
 
-static void finish_close(struct server *s)
+/* Closes once nothing is in flight. */
+static void maybe_finish_close(struct server *s)
 {
-    assert(s->pending == NULL && !s->committing);
+    if (s->committing || s->syncing || s->waiting != NULL ||
+        s->store == NULL)
+        return;
+    assert(s->pending == NULL);
     store_close(s->store);
     s->store = NULL;
     uv_close((uv_handle_t *)&s->gc_timer, on_timer_closed);
@@ -402,6 +444,5 @@ void server_close(struct server *s, void (*done)(void *arg), void *arg)
     s->done_arg = arg;
     uv_timer_stop(&s->gc_timer);
     s->gc_due = false;
-    if (!s->committing)
-        finish_close(s);
+    maybe_finish_close(s);
 }

@@ -13,18 +13,26 @@
  *
  * WAL mode, one connection, BEGIN IMMEDIATE, a bounded busy timeout.
  * synchronous is NORMAL: a commit writes its WAL frames (safe from a
- * crash of the process) and store_sync() fsyncs the WAL on demand, which
- * is what synchronous=FULL would do at every commit. Splitting the two
- * lets the daemon answer renewals at commit and ownership changes after
- * the sync.
+ * crash of the process) and store_sync() fdatasyncs the WAL on demand,
+ * which is what synchronous=FULL would do at every commit. It does so
+ * through a descriptor of its own, touching nothing of SQLite's, so a
+ * sync may run on one thread while the next batch commits on another:
+ * fdatasync covers at least every frame written before it began. Our
+ * connection stays open, so SQLite never deletes the WAL (a checkpoint
+ * only rewrites it from the start).
  */
 #include "store.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SCHEMA_VERSION 1
 
@@ -58,6 +66,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 
 struct store {
     sqlite3 *db;
+    int wal_fd; /* our own descriptor of the WAL, for store_sync */
     sqlite3_stmt *stmt[ST_COUNT];
     char errmsg[256];
 };
@@ -136,6 +145,27 @@ static int migrate(struct store *s)
                 "COMMIT;");
 }
 
+/* Opens our descriptor of the WAL (which exists once the database has
+ * been read in WAL mode) and syncs the directory, so that the WAL's name
+ * is as durable as its contents will be. */
+static int open_wal(struct store *s, const char *path)
+{
+    char wal[PATH_MAX], dir[PATH_MAX];
+    snprintf(wal, sizeof(wal), "%s-wal", path);
+    s->wal_fd = open(wal, O_RDONLY | O_CLOEXEC);
+    if (s->wal_fd < 0)
+        return fail(s, STORE_EIO, "opening %s: %s", wal, strerror(errno));
+    snprintf(dir, sizeof(dir), "%s", path);
+    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = dfd >= 0 ? fsync(dfd) : -1;
+    int e = errno;
+    if (dfd >= 0)
+        close(dfd);
+    return rc == 0 ? STORE_OK
+                   : fail(s, STORE_EIO, "syncing the data directory: %s",
+                          strerror(e));
+}
+
 int store_open(const char *path, int busy_timeout_ms, struct store **out,
                char *errmsg, size_t errmsg_len)
 {
@@ -145,6 +175,7 @@ int store_open(const char *path, int busy_timeout_ms, struct store **out,
         snprintf(errmsg, errmsg_len, "out of memory");
         return STORE_ENOMEM;
     }
+    s->wal_fd = -1;
     int rc = sqlite3_open_v2(path, &s->db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
                                  SQLITE_OPEN_NOMUTEX,
@@ -170,6 +201,8 @@ int store_open(const char *path, int busy_timeout_ms, struct store **out,
         if (rc != SQLITE_OK)
             err = sql_fail(s, rc, stmt_sql[i]);
     }
+    if (err == STORE_OK)
+        err = open_wal(s, path);
 out:
     if (err != STORE_OK) {
         snprintf(errmsg, errmsg_len, "%s", s->errmsg);
@@ -187,6 +220,8 @@ void store_close(struct store *s)
     for (int i = 0; i < ST_COUNT; i++)
         sqlite3_finalize(s->stmt[i]);
     sqlite3_close(s->db);
+    if (s->wal_fd >= 0)
+        close(s->wal_fd);
     free(s);
 }
 
@@ -346,15 +381,7 @@ int store_get_meta(struct store *s, const char *key, int64_t *value)
 
 int store_sync(struct store *s)
 {
-    sqlite3_file *wal = NULL;
-    int rc = sqlite3_file_control(s->db, "main", SQLITE_FCNTL_JOURNAL_POINTER,
-                                  &wal);
-    if (rc != SQLITE_OK)
-        return sql_fail(s, rc, "finding the WAL");
-    if (wal == NULL || wal->pMethods == NULL)
-        return STORE_OK; /* no WAL open: nothing committed to sync */
-    rc = wal->pMethods->xSync(wal, SQLITE_SYNC_NORMAL);
-    return rc == SQLITE_OK ? STORE_OK : sql_fail(s, rc, "syncing the WAL");
+    return fdatasync(s->wal_fd) == 0 ? STORE_OK : STORE_EIO;
 }
 
 int store_set_meta(struct store *s, const char *key, int64_t value)
@@ -371,5 +398,9 @@ int store_set_meta(struct store *s, const char *key, int64_t value)
     sqlite3_bind_int64(st, 2, value);
     rc = sqlite3_step(st);
     sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? store_sync(s) : sql_fail(s, rc, key);
+    if (rc != SQLITE_DONE)
+        return sql_fail(s, rc, key);
+    return store_sync(s) == STORE_OK
+               ? STORE_OK
+               : fail(s, STORE_EIO, "syncing the WAL: %s", strerror(errno));
 }

@@ -2,7 +2,7 @@
  * Storage: persists the lease engine's changes.
  *
  * A store is used by one thread at a time (the daemon's loop, or its
- * worker while a commit is in flight; never both). Every write is
+ * worker while a commit is in flight; never both), except store_sync(). Every write is
  * conditional: a change applies only if the stored row is still the one
  * the engine saw, and the whole batch is one transaction that commits or
  * leaves nothing behind.
@@ -52,8 +52,10 @@ int store_load(struct store *s,
  * rows raise the stored floor. On any error nothing is applied. */
 int store_apply(struct store *s, const struct engine_change *chgs, size_t n);
 
-/* Makes every commit so far durable (fsync). An error leaves it unknown
- * whether they are on disk. */
+/* Makes every commit that completed before the call durable (fdatasync
+ * of the WAL). Unlike the other calls it may run on one thread while
+ * another thread uses the store. Returns STORE_OK, or STORE_EIO with
+ * errno set; after an error it is unknown whether they are on disk. */
 int store_sync(struct store *s);
 
 /* Reads the integer meta value under key (*value = 0 if absent), or
