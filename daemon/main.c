@@ -135,7 +135,9 @@ int main(int argc, char **argv)
     uv_run(loop, UV_RUN_DEFAULT);
 
     uv_loop_close(loop);
-    grpc_shutdown();
+    /* grpc_shutdown() may leave gRPC's threads to finish after we exit;
+     * wait for them, so that the process ends with nothing running. */
+    grpc_shutdown_blocking();
     close(lock_fd);
     log_info("stopped", NULL);
     return 0;

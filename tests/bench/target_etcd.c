@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "bench.h"
-#include "grpc_conns.h"
+#include "grpc_common.h"
 #include "etcd/etcdserverpb/rpc.pb-c.h"
 
 #define CALL_TIMEOUT_MS 10000
@@ -67,14 +67,6 @@ static const char *const step_names[] = {
     [STEP_REVOKE_UNHELD] = "LeaseRevoke", [STEP_DELETE_TXN] = "Txn (delete)",
     [STEP_REVOKE] = "LeaseRevoke"};
 
-struct unary {
-    grpc_call *call;
-    grpc_metadata_array initial, trailing;
-    grpc_byte_buffer *send, *recv;
-    grpc_status_code status;
-    grpc_slice details;
-};
-
 /* The slot's LeaseKeepAlive stream: one request and one response per
  * renew, one renew at a time. */
 struct keepalive {
@@ -92,7 +84,7 @@ struct keepalive {
 
 struct etcd_slot {
     struct tag unary_tag, renew_tag, status_tag;
-    struct unary u;
+    struct grpc_unary u;
     struct keepalive ka;
     enum step step;
     char key[96];
@@ -129,38 +121,6 @@ static int etcd_thread_init(struct bench_thread *t, const char *hostport)
 }
 
 /* Packs message m (a protobuf-c message) into a new byte buffer. */
-static grpc_byte_buffer *pack(const ProtobufCMessage *m)
-{
-    uint8_t buf[1024];
-    size_t n = protobuf_c_message_get_packed_size(m);
-    if (n > sizeof(buf)) {
-        fprintf(stderr, "leasebench: etcd request too large\n");
-        abort();
-    }
-    n = protobuf_c_message_pack(m, buf);
-    grpc_slice slice = grpc_slice_from_copied_buffer((const char *)buf, n);
-    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&slice, 1);
-    grpc_slice_unref(slice);
-    return bb;
-}
-
-/* Unpacks bb as `desc`; NULL if absent or malformed. */
-static ProtobufCMessage *unpack(const ProtobufCMessageDescriptor *desc,
-                                grpc_byte_buffer *bb)
-{
-    if (bb == NULL)
-        return NULL;
-    grpc_byte_buffer_reader r;
-    if (!grpc_byte_buffer_reader_init(&r, bb))
-        return NULL;
-    grpc_slice all = grpc_byte_buffer_reader_readall(&r);
-    grpc_byte_buffer_reader_destroy(&r);
-    ProtobufCMessage *m = protobuf_c_message_unpack(
-        desc, NULL, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
-    grpc_slice_unref(all);
-    return m;
-}
-
 static void log_error(struct slot *s, const char *what, int status,
                       grpc_slice details)
 {
@@ -178,37 +138,8 @@ static void unary_start(struct slot *s, const char *path,
 {
     struct etcd_thread *et = s->thread->target;
     struct etcd_slot *es = s->target;
-    struct unary *c = &es->u;
-    gpr_timespec deadline =
-        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                     gpr_time_from_millis(CALL_TIMEOUT_MS, GPR_TIMESPAN));
-    c->call = grpc_channel_create_call(
-        channel_of(s), NULL, GRPC_PROPAGATE_DEFAULTS, et->conns.cq,
-        grpc_slice_from_static_string(path), NULL, deadline, NULL);
-    grpc_metadata_array_init(&c->initial);
-    grpc_metadata_array_init(&c->trailing);
-    c->send = pack(request);
-    c->recv = NULL;
-    c->details = grpc_empty_slice();
-    grpc_op ops[6];
-    memset(ops, 0, sizeof(ops));
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = c->send;
-    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[3].data.recv_initial_metadata.recv_initial_metadata = &c->initial;
-    ops[4].op = GRPC_OP_RECV_MESSAGE;
-    ops[4].data.recv_message.recv_message = &c->recv;
-    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[5].data.recv_status_on_client.trailing_metadata = &c->trailing;
-    ops[5].data.recv_status_on_client.status = &c->status;
-    ops[5].data.recv_status_on_client.status_details = &c->details;
-    if (grpc_call_start_batch(c->call, ops, 6, &es->unary_tag, NULL) !=
-        GRPC_CALL_OK) {
-        fprintf(stderr, "leasebench: cannot start a call\n");
-        abort();
-    }
+    grpc_unary_start(&es->u, channel_of(s), et->conns.cq, path,
+                     grpc_pack(request), &es->unary_tag);
 }
 
 static void send_grant(struct slot *s)
@@ -330,7 +261,7 @@ static void send_keepalive(struct slot *s)
     Etcdserverpb__LeaseKeepAliveRequest r =
         ETCDSERVERPB__LEASE_KEEP_ALIVE_REQUEST__INIT;
     r.id = es->lease;
-    ka->send = pack(&r.base);
+    ka->send = grpc_pack(&r.base);
     ka->recv = NULL;
     grpc_op ops[4];
     size_t n = 0;
@@ -386,7 +317,7 @@ static void etcd_start(struct slot *s)
 static void unary_done(struct slot *s)
 {
     struct etcd_slot *es = s->target;
-    struct unary *c = &es->u;
+    struct grpc_unary *c = &es->u;
     grpc_status_code status = c->status;
     ProtobufCMessage *reply = NULL;
     if (status == GRPC_STATUS_OK) {
@@ -395,20 +326,14 @@ static void unary_done(struct slot *s)
             : es->step == STEP_PUT_TXN || es->step == STEP_DELETE_TXN
                 ? &etcdserverpb__txn_response__descriptor
                 : &etcdserverpb__lease_revoke_response__descriptor;
-        reply = unpack(desc, c->recv);
+        reply = grpc_unpack(desc, c->recv);
         if (reply == NULL)
             status = GRPC_STATUS_INTERNAL;
     } else if (!(es->step == STEP_REVOKE &&
                  status == GRPC_STATUS_NOT_FOUND)) {
         log_error(s, step_names[es->step], status, c->details);
     }
-    grpc_metadata_array_destroy(&c->initial);
-    grpc_metadata_array_destroy(&c->trailing);
-    grpc_byte_buffer_destroy(c->send);
-    grpc_byte_buffer_destroy(c->recv);
-    grpc_slice_unref(c->details);
-    grpc_call_unref(c->call);
-    c->call = NULL;
+    grpc_unary_end(c);
 
     if (status != GRPC_STATUS_OK) {
         protobuf_c_message_free_unpacked(reply, NULL);
@@ -498,7 +423,7 @@ static void renew_done(struct slot *s, bool success)
         return;
     }
     Etcdserverpb__LeaseKeepAliveResponse *r =
-        (Etcdserverpb__LeaseKeepAliveResponse *)unpack(
+        (Etcdserverpb__LeaseKeepAliveResponse *)grpc_unpack(
             &etcdserverpb__lease_keep_alive_response__descriptor, ka->recv);
     grpc_byte_buffer_destroy(ka->recv);
     ka->recv = NULL;
