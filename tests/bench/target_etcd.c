@@ -159,6 +159,18 @@ static void send_revoke(struct slot *s)
     unary_start(s, PATH_REVOKE, &r.base);
 }
 
+/* Txn(If cmp Then op), on the slot's unary call. */
+static void send_txn(struct slot *s, Etcdserverpb__Compare *cmp,
+                     Etcdserverpb__RequestOp *op)
+{
+    Etcdserverpb__TxnRequest r = ETCDSERVERPB__TXN_REQUEST__INIT;
+    r.n_compare = 1;
+    r.compare = &cmp;
+    r.n_success = 1;
+    r.success = &op;
+    unary_start(s, PATH_TXN, &r.base);
+}
+
 /* Acquire: If create_revision(key) == 0 Then Put(key, owner, lease). */
 static void send_put_txn(struct slot *s)
 {
@@ -177,14 +189,7 @@ static void send_put_txn(struct slot *s)
     Etcdserverpb__RequestOp op = ETCDSERVERPB__REQUEST_OP__INIT;
     op.request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT;
     op.request_put = &put;
-    Etcdserverpb__Compare *cmps[1] = {&cmp};
-    Etcdserverpb__RequestOp *ops[1] = {&op};
-    Etcdserverpb__TxnRequest r = ETCDSERVERPB__TXN_REQUEST__INIT;
-    r.n_compare = 1;
-    r.compare = cmps;
-    r.n_success = 1;
-    r.success = ops;
-    unary_start(s, PATH_TXN, &r.base);
+    send_txn(s, &cmp, &op);
 }
 
 /* Release: If value(key) == owner Then Delete(key). */
@@ -204,14 +209,7 @@ static void send_delete_txn(struct slot *s)
     Etcdserverpb__RequestOp op = ETCDSERVERPB__REQUEST_OP__INIT;
     op.request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_DELETE_RANGE;
     op.request_delete_range = &del;
-    Etcdserverpb__Compare *cmps[1] = {&cmp};
-    Etcdserverpb__RequestOp *ops[1] = {&op};
-    Etcdserverpb__TxnRequest r = ETCDSERVERPB__TXN_REQUEST__INIT;
-    r.n_compare = 1;
-    r.compare = cmps;
-    r.n_success = 1;
-    r.success = ops;
-    unary_start(s, PATH_TXN, &r.base);
+    send_txn(s, &cmp, &op);
 }
 
 static void stream_close(struct keepalive *ka)
