@@ -10,8 +10,10 @@
 #include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "engine.h"
+#include "grpc/health/v1/health.pb-c.h"
 #include "leased/codec/v1/wire.pb-c.h"
 #include "mecatl/driver/v1/session_lease.pb-c.h"
 #include "validate.h"
@@ -124,4 +126,47 @@ void codec_method_path(enum request_op op, char *buf, size_t cap)
         protobuf_c_service_descriptor_get_method_by_name(d, names[op]);
     assert(m != NULL);
     snprintf(buf, cap, "/%s/%s", d->name, m->name);
+}
+
+int codec_decode_health(const uint8_t *buf, size_t len, char *service,
+                        size_t cap)
+{
+    Grpc__Health__V1__HealthCheckRequest *m =
+        grpc__health__v1__health_check_request__unpack(NULL, len, buf);
+    if (m == NULL)
+        return -1;
+    /* protobuf-c ends a string at an embedded NUL; harmless here, where
+     * the name only picks which status is reported. */
+    size_t n = strlen(m->service);
+    int rc = n < cap ? 0 : -1;
+    if (rc == 0)
+        memcpy(service, m->service, n + 1);
+    grpc__health__v1__health_check_request__free_unpacked(m, NULL);
+    return rc;
+}
+
+size_t codec_encode_health(int status, uint8_t *buf, size_t cap)
+{
+    Grpc__Health__V1__HealthCheckResponse resp =
+        GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+    resp.status = (Grpc__Health__V1__HealthCheckResponse__ServingStatus)status;
+    assert(grpc__health__v1__health_check_response__get_packed_size(&resp) <=
+           cap);
+    (void)cap;
+    return grpc__health__v1__health_check_response__pack(&resp, buf);
+}
+
+void codec_health_path(bool watch, char *buf, size_t cap)
+{
+    const ProtobufCServiceDescriptor *d = &grpc__health__v1__health__descriptor;
+    const ProtobufCMethodDescriptor *m =
+        protobuf_c_service_descriptor_get_method_by_name(
+            d, watch ? "Watch" : "Check");
+    assert(m != NULL);
+    snprintf(buf, cap, "/%s/%s", d->name, m->name);
+}
+
+const char *codec_lease_service_name(void)
+{
+    return mecatl__driver__v1__session_lease_service__descriptor.name;
 }

@@ -6,6 +6,7 @@
 #ifndef LEASED_CODEC_H
 #define LEASED_CODEC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,5 +34,21 @@ size_t codec_encode_reply(const struct request *req, uint8_t *buf,
  * SessionLeaseService/Acquire") into buf, from the generated service
  * descriptor. */
 void codec_method_path(enum request_op op, char *buf, size_t cap);
+
+/* grpc.health.v1: decodes a HealthCheckRequest's service name into
+ * service (cap bytes, NUL-terminated; a longer name fails). Returns 0 or
+ * -1. */
+int codec_decode_health(const uint8_t *buf, size_t len, char *service,
+                        size_t cap);
+
+/* Encodes a HealthCheckResponse with status (its ServingStatus number)
+ * into buf (CODEC_REPLY_MAX is enough). Returns its length. */
+size_t codec_encode_health(int status, uint8_t *buf, size_t cap);
+
+/* The full gRPC method path of grpc.health.v1.Health's Check (watch
+ * false) or Watch, and the name the lease service has in health checks
+ * ("mecatl.driver.v1.SessionLeaseService"). */
+void codec_health_path(bool watch, char *buf, size_t cap);
+const char *codec_lease_service_name(void);
 
 #endif

@@ -22,10 +22,12 @@ static const char usage[] =
     "A lease service: serves mecatl.driver.v1.SessionLeaseService\n"
     "(Acquire, Renew, Release) over gRPC, with fencing tokens kept in\n"
     "SQLite. Every flag can also be set as the environment variable shown.\n"
+    "SIGHUP reloads the token file and the TLS files; SIGTERM drains.\n"
     "\n"
-    "  --listen ADDR        listen on ADDR: HOST:PORT (loopback only for\n"
-    "                       now) or unix:/PATH; repeatable; port 0 picks a\n"
-    "                       free port [LEASED_LISTEN, comma-separated;\n"
+    "  --listen ADDR        listen on ADDR: HOST:PORT or unix:/PATH;\n"
+    "                       repeatable; port 0 picks a free port; other\n"
+    "                       than loopback only with TLS (or --insecure)\n"
+    "                       [LEASED_LISTEN, comma-separated;\n"
     "                       default 127.0.0.1:7443]\n"
     "  --data-dir DIR       where the database and lock file live; created\n"
     "                       if missing [LEASED_DATA_DIR; default ./leased-data]\n"
@@ -36,6 +38,40 @@ static const char usage[] =
     "  --max-pending N      requests queued or in progress at once; more get\n"
     "                       RESOURCE_EXHAUSTED [LEASED_MAX_PENDING;\n"
     "                       default 65536]\n"
+    "  --tls-cert FILE      PEM certificate chain: TLS 1.2+ on every TCP\n"
+    "                       listener [LEASED_TLS_CERT]\n"
+    "  --tls-key FILE       PEM private key of --tls-cert [LEASED_TLS_KEY]\n"
+    "  --tls-client-ca FILE PEM CA certificates: clients must present a\n"
+    "                       certificate one of them signed (mutual TLS)\n"
+    "                       [LEASED_TLS_CLIENT_CA]\n"
+    "  --insecure           allow plaintext on non-loopback addresses\n"
+    "                       (logged as a warning) [LEASED_INSECURE=1]\n"
+    "  --auth-token-file F  bearer tokens, one per line: every call needs\n"
+    "                       'authorization: Bearer TOKEN'; mode 600\n"
+    "                       [LEASED_AUTH_TOKEN_FILE]\n"
+    "  --socket-mode MODE   octal mode of unix sockets\n"
+    "                       [LEASED_SOCKET_MODE; default 0660]\n"
+    "  --drain-timeout D    on SIGTERM, calls in progress get this long\n"
+    "                       before they are cancelled\n"
+    "                       [LEASED_DRAIN_TIMEOUT; default 5s]\n"
+    "\n"
+    "Limits (per connection unless said; see docs/operations.md):\n"
+    "  --max-streams N      calls in progress at once [LEASED_MAX_STREAMS;\n"
+    "                       default 1024]\n"
+    "  --max-metadata-size BYTES  of a call's headers\n"
+    "                       [LEASED_MAX_METADATA_SIZE; default 16384]\n"
+    "  --keepalive-min-time D  clients may ping no more often than this\n"
+    "                       [LEASED_KEEPALIVE_MIN_TIME; default 5s]\n"
+    "  --max-ping-strikes N pings too often before the connection is\n"
+    "                       closed [LEASED_MAX_PING_STRIKES; default 2]\n"
+    "  --handshake-timeout D  for a new connection's TLS and HTTP/2\n"
+    "                       start [LEASED_HANDSHAKE_TIMEOUT; default 10s]\n"
+    "  --max-connection-idle D  close a connection without calls this long;\n"
+    "                       0 never [LEASED_MAX_CONNECTION_IDLE; default 10m]\n"
+    "  --max-connection-age D  close a connection this old (calls in\n"
+    "                       progress get 10s); 0 never\n"
+    "                       [LEASED_MAX_CONNECTION_AGE; default 0]\n"
+    "\n"
     "  --help               print this and exit\n"
     "  --version            print the version and exit\n";
 
@@ -95,14 +131,89 @@ static int set_option(struct config *cfg, int opt, const char *val,
 {
     char why[200];
     switch (opt) {
-    case 'l':
+    case 'l': {
         if (cfg->nlisten == CONFIG_MAX_LISTEN)
             return fail(errmsg, len, "%s: at most %d addresses", what,
                         CONFIG_MAX_LISTEN);
-        if (addr_check_plaintext(val, why, sizeof(why)) != 0)
+        bool plaintext_ok;
+        if (addr_check(val, &plaintext_ok, why, sizeof(why)) != 0)
             return fail(errmsg, len, "%s: %s", what, why);
         cfg->listen[cfg->nlisten++] = val;
         return CONFIG_OK;
+    }
+    case 'C':
+    case 'K':
+    case 'A':
+    case 'T':
+        if (*val == '\0')
+            return fail(errmsg, len, "%s: empty file name", what);
+        *(opt == 'C'   ? &cfg->tls_cert
+          : opt == 'K' ? &cfg->tls_key
+          : opt == 'A' ? &cfg->tls_client_ca
+                       : &cfg->auth_token_file) = val;
+        return CONFIG_OK;
+    case 'I':
+        if (strcmp(val, "1") == 0 || strcmp(val, "true") == 0)
+            cfg->insecure = true;
+        else if (strcmp(val, "0") == 0 || strcmp(val, "false") == 0)
+            cfg->insecure = false;
+        else
+            return fail(errmsg, len, "%s: want 1 or 0", what);
+        return CONFIG_OK;
+    case 'S':
+    case 'Z':
+    case 'P': {
+        static const struct {
+            int opt;
+            long long min, max;
+        } ranges[] = {{'S', 1, 100000}, {'Z', 1024, 1 << 20}, {'P', 0, 1000}};
+        size_t k = 0;
+        while (ranges[k].opt != opt)
+            k++;
+        char *end;
+        errno = 0;
+        long long n = strtoll(val, &end, 10);
+        if (*end != '\0' || errno != 0 || val[0] < '0' || val[0] > '9' ||
+            n < ranges[k].min || n > ranges[k].max)
+            return fail(errmsg, len, "%s: want %lld..%lld", what,
+                        ranges[k].min, ranges[k].max);
+        *(opt == 'S'   ? &cfg->limits.max_streams
+          : opt == 'Z' ? &cfg->limits.max_metadata_bytes
+                       : &cfg->limits.max_ping_strikes) = (int)n;
+        return CONFIG_OK;
+    }
+    case 'k':
+    case 'H':
+    case 'i':
+    case 'a':
+    case 'D': {
+        int64_t ns = 0;
+        bool never_ok = opt == 'i' || opt == 'a';
+        bool never = never_ok && strcmp(val, "0") == 0;
+        if (!never && (config_parse_duration(val, &ns) != 0 ||
+                       ns < 100 * NS_PER_MS || ns > 24 * TTL_MAX_NS))
+            return fail(errmsg, len, "%s: want a duration from 100ms to 24h%s",
+                        what, never_ok ? ", or 0 for never" : "");
+        *(opt == 'k'   ? &cfg->limits.keepalive_min_ns
+          : opt == 'H' ? &cfg->limits.handshake_timeout_ns
+          : opt == 'i' ? &cfg->limits.max_idle_ns
+          : opt == 'a' ? &cfg->limits.max_age_ns
+                       : &cfg->drain_ns) = ns;
+        return CONFIG_OK;
+    }
+    case 'M': {
+        char *end;
+        errno = 0;
+        unsigned long mode = strtoul(val, &end, 8);
+        if (*end != '\0' || errno != 0 || val[0] < '0' || val[0] > '7' ||
+            mode > 0777 || (mode & 0600) != 0600)
+            return fail(errmsg, len,
+                        "%s: want an octal mode from 600 to 777 that lets "
+                        "the owner read and write (e.g. 660)",
+                        what);
+        cfg->socket_mode = (unsigned)mode;
+        return CONFIG_OK;
+    }
     case 'd':
         if (*val == '\0')
             return fail(errmsg, len, "%s: empty directory", what);
@@ -141,6 +252,20 @@ static const struct option long_options[] = {
     {"ttl", required_argument, NULL, 't'},
     {"log-level", required_argument, NULL, 'v'},
     {"max-pending", required_argument, NULL, 'p'},
+    {"tls-cert", required_argument, NULL, 'C'},
+    {"tls-key", required_argument, NULL, 'K'},
+    {"tls-client-ca", required_argument, NULL, 'A'},
+    {"insecure", no_argument, NULL, 'I'},
+    {"auth-token-file", required_argument, NULL, 'T'},
+    {"socket-mode", required_argument, NULL, 'M'},
+    {"max-streams", required_argument, NULL, 'S'},
+    {"max-metadata-size", required_argument, NULL, 'Z'},
+    {"keepalive-min-time", required_argument, NULL, 'k'},
+    {"max-ping-strikes", required_argument, NULL, 'P'},
+    {"handshake-timeout", required_argument, NULL, 'H'},
+    {"max-connection-idle", required_argument, NULL, 'i'},
+    {"max-connection-age", required_argument, NULL, 'a'},
+    {"drain-timeout", required_argument, NULL, 'D'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -154,6 +279,20 @@ static const struct {
     {"LEASED_TTL", 't'},
     {"LEASED_LOG_LEVEL", 'v'},
     {"LEASED_MAX_PENDING", 'p'},
+    {"LEASED_TLS_CERT", 'C'},
+    {"LEASED_TLS_KEY", 'K'},
+    {"LEASED_TLS_CLIENT_CA", 'A'},
+    {"LEASED_INSECURE", 'I'},
+    {"LEASED_AUTH_TOKEN_FILE", 'T'},
+    {"LEASED_SOCKET_MODE", 'M'},
+    {"LEASED_MAX_STREAMS", 'S'},
+    {"LEASED_MAX_METADATA_SIZE", 'Z'},
+    {"LEASED_KEEPALIVE_MIN_TIME", 'k'},
+    {"LEASED_MAX_PING_STRIKES", 'P'},
+    {"LEASED_HANDSHAKE_TIMEOUT", 'H'},
+    {"LEASED_MAX_CONNECTION_IDLE", 'i'},
+    {"LEASED_MAX_CONNECTION_AGE", 'a'},
+    {"LEASED_DRAIN_TIMEOUT", 'D'},
 };
 
 /* Options whose flag was not given come from the environment. */
@@ -186,6 +325,28 @@ static int parse_env(struct config *cfg, const bool *given, char *errmsg,
     return CONFIG_OK;
 }
 
+/* What no single option can check. */
+static int check(const struct config *cfg, char *errmsg, size_t len)
+{
+    if ((cfg->tls_cert == NULL) != (cfg->tls_key == NULL))
+        return fail(errmsg, len, "--tls-cert and --tls-key go together");
+    if (cfg->tls_client_ca != NULL && cfg->tls_cert == NULL)
+        return fail(errmsg, len,
+                    "--tls-client-ca needs --tls-cert and --tls-key");
+    for (size_t i = 0; i < cfg->nlisten; i++) {
+        bool plaintext_ok;
+        char why[200];
+        addr_check(cfg->listen[i], &plaintext_ok, why, sizeof(why));
+        if (!plaintext_ok && cfg->tls_cert == NULL && !cfg->insecure)
+            return fail(errmsg, len,
+                        "--listen %s: plaintext is allowed only on loopback "
+                        "or a unix socket; give --tls-cert and --tls-key, "
+                        "or --insecure",
+                        cfg->listen[i]);
+    }
+    return CONFIG_OK;
+}
+
 int config_parse(struct config *cfg, int argc, char **argv, char *errmsg,
                  size_t len)
 {
@@ -194,6 +355,17 @@ int config_parse(struct config *cfg, int argc, char **argv, char *errmsg,
     cfg->ttl_ns = 30 * 1000 * NS_PER_MS;
     cfg->log_level = LOG_INFO;
     cfg->max_pending = 65536;
+    cfg->socket_mode = 0660;
+    cfg->drain_ns = 5000 * NS_PER_MS;
+    cfg->limits = (struct config_limits){
+        .max_streams = 1024,
+        .max_metadata_bytes = 16384,
+        .keepalive_min_ns = 5000 * NS_PER_MS,
+        .max_ping_strikes = 2,
+        .handshake_timeout_ns = 10000 * NS_PER_MS,
+        .max_idle_ns = 600000 * NS_PER_MS,
+        .max_age_ns = 0,
+    };
 
     bool given[128] = {false};
     optind = 1;
@@ -216,8 +388,9 @@ int config_parse(struct config *cfg, int argc, char **argv, char *errmsg,
         default:
             given[opt] = true;
             snprintf(what, sizeof(what), "--%s %s", long_options[index].name,
-                     optarg);
-            if (set_option(cfg, opt, optarg, what, errmsg, len) != CONFIG_OK)
+                     optarg != NULL ? optarg : "");
+            if (set_option(cfg, opt, optarg != NULL ? optarg : "1", what,
+                           errmsg, len) != CONFIG_OK)
                 return CONFIG_ERROR;
         }
     }
@@ -228,5 +401,5 @@ int config_parse(struct config *cfg, int argc, char **argv, char *errmsg,
         return CONFIG_ERROR;
     if (cfg->nlisten == 0)
         cfg->listen[cfg->nlisten++] = "127.0.0.1:7443";
-    return CONFIG_OK;
+    return check(cfg, errmsg, len);
 }

@@ -5,6 +5,7 @@
 #ifndef LEASED_CONFIG_H
 #define LEASED_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,6 +21,20 @@ struct config {
     int64_t ttl_ns;
     enum log_level log_level;
     size_t max_pending; /* requests queued or in progress at once */
+    const char *tls_cert, *tls_key, *tls_client_ca; /* NULL: not given */
+    bool insecure; /* plaintext allowed on non-loopback addresses */
+    const char *auth_token_file;
+    unsigned socket_mode;
+    int64_t drain_ns; /* on SIGTERM, calls in progress get this long */
+    struct config_limits {
+        int max_streams;        /* concurrent calls per connection */
+        int max_metadata_bytes; /* of a call's headers */
+        int64_t keepalive_min_ns; /* pings more often count as strikes */
+        int max_ping_strikes;     /* then the connection is closed */
+        int64_t handshake_timeout_ns;
+        int64_t max_idle_ns; /* close connections idle this long; 0 never */
+        int64_t max_age_ns;  /* close connections this old; 0 never */
+    } limits;
     char listen_env[1024]; /* a copy of LEASED_LISTEN, split at commas */
 };
 

@@ -31,14 +31,18 @@
  */
 #include "frontend.h"
 
+#include <errno.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
+#include <libgen.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,14 +50,27 @@
 
 #include "codec.h"
 #include "log.h"
+#include "peers.h"
 
 #define ARMED_PER_METHOD 16
 #define ARMED_UNKNOWN 2
 #define MAX_RECEIVE_BYTES (64 * 1024)
-#define CANCEL_AFTER_S 10 /* of shutdown, if calls are still running */
+#define AGE_GRACE_MS 10000 /* for calls on a connection past its age */
 #define NMETHODS 3
+#define ARMED_HEALTH 2 /* per health method */
 
-enum rpc_state { RPC_ARMED, RPC_UNKNOWN, RPC_AT_LOOP, RPC_READY, RPC_SENDING };
+enum rpc_state {
+    RPC_ARMED,
+    RPC_UNKNOWN,
+    RPC_HEALTH, /* requested for Check or Watch (see health) */
+    RPC_AT_LOOP,
+    RPC_READY,
+    RPC_SENDING,
+    RPC_WATCHING,
+};
+
+/* grpc.health.v1 ServingStatus numbers. */
+enum { HEALTH_SERVING = 1, HEALTH_NOT_SERVING = 2, HEALTH_UNKNOWN_SERVICE = 3 };
 
 struct rpc {
     struct request req; /* first: the loop sees only this */
@@ -72,6 +89,15 @@ struct rpc {
     grpc_slice status_details;
     int cancelled;
     struct rpc *next_reply; /* the reply list */
+
+    /* Health calls (RPC_HEALTH, RPC_WATCHING). */
+    bool watch;                /* Watch rather than Check */
+    bool watch_known;          /* the service asked about is one we serve */
+    int watch_sent;            /* the status last sent; 0 none yet */
+    bool watch_sending;        /* a send batch is pending */
+    bool watch_closed;         /* the call is over (close batch done) */
+    bool watch_ending;         /* the final status went out */
+    struct rpc *next_watcher;
 };
 
 struct frontend {
@@ -79,7 +105,12 @@ struct frontend {
     grpc_server *server;
     grpc_completion_queue *cq;
     void *methods[NMETHODS];
+    void *health_methods[2]; /* Check, Watch */
     size_t max_pending;
+    int64_t drain_ms;
+    atomic_bool serving; /* storage healthy (set by the loop) */
+    struct tokens *tokens;
+    bool log_identities; /* clients present certificates */
     struct frontend_callbacks cb;
 
     /* The hand-off: the CQ thread appends, the loop takes everything. */
@@ -91,6 +122,9 @@ struct frontend {
     atomic_size_t pending; /* handed to the loop, not yet answered */
 
     /* CQ thread only (and the creating thread before it starts). */
+    struct peers peers;
+    struct rpc *watchers; /* open Watch streams */
+    int health_seen;      /* the status watchers were last updated to */
     pthread_t thread;
     bool thread_started;
     size_t live;  /* rpcs allocated */
@@ -143,24 +177,33 @@ static struct rpc *rpc_new(struct frontend *fe, enum rpc_state state)
     return r;
 }
 
-/* Requests the next call of method op (or of any unknown method when
- * unknown), unless shutting down. */
-static void arm(struct frontend *fe, enum request_op op, bool unknown)
+/* Requests the next call, unless shutting down: of lease method `method`
+ * (state RPC_ARMED), of any unknown method (RPC_UNKNOWN), or of Check
+ * (method 0) or Watch (1) (RPC_HEALTH). */
+static void arm(struct frontend *fe, enum rpc_state state, int method)
 {
     if (atomic_load(&fe->shutdown))
         return;
-    struct rpc *r = rpc_new(fe, unknown ? RPC_UNKNOWN : RPC_ARMED);
+    struct rpc *r = rpc_new(fe, state);
     if (r == NULL) {
         log_error("arm_failed", "reason=\"out of memory\"");
         return;
     }
-    r->req.op = op;
+    void *registered = NULL;
+    if (state == RPC_ARMED) {
+        r->req.op = (enum request_op)method;
+        registered = fe->methods[method];
+    } else if (state == RPC_HEALTH) {
+        r->watch = method == 1;
+        registered = fe->health_methods[method];
+    }
     grpc_call_error err =
-        unknown ? grpc_server_request_call(fe->server, &r->call, &r->details,
-                                           &r->metadata, fe->cq, fe->cq, r)
-                : grpc_server_request_registered_call(
-                      fe->server, fe->methods[op], &r->call, &r->deadline,
-                      &r->metadata, &r->payload, fe->cq, fe->cq, r);
+        registered == NULL
+            ? grpc_server_request_call(fe->server, &r->call, &r->details,
+                                       &r->metadata, fe->cq, fe->cq, r)
+            : grpc_server_request_registered_call(
+                  fe->server, registered, &r->call, &r->deadline,
+                  &r->metadata, &r->payload, fe->cq, fe->cq, r);
     if (err != GRPC_CALL_OK) {
         log_error("arm_failed", "grpc_call_error=%d", (int)err);
         rpc_free(r);
@@ -199,17 +242,35 @@ static void send_reply(struct rpc *r, grpc_status_code code,
     }
 }
 
+static grpc_byte_buffer *make_body(const uint8_t *buf, size_t n)
+{
+    grpc_slice s = grpc_slice_from_copied_buffer((const char *)buf, n);
+    grpc_byte_buffer *body = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    return body;
+}
+
 static void reply_request(struct rpc *r)
 {
     grpc_byte_buffer *body = NULL;
     if (r->req.status == REPLY_OK) {
         uint8_t buf[CODEC_REPLY_MAX];
-        size_t n = codec_encode_reply(&r->req, buf, sizeof(buf));
-        grpc_slice s = grpc_slice_from_copied_buffer((const char *)buf, n);
-        body = grpc_raw_byte_buffer_create(&s, 1);
-        grpc_slice_unref(s);
+        body = make_body(buf, codec_encode_reply(&r->req, buf, sizeof(buf)));
     }
     send_reply(r, status_codes[r->req.status], r->req.reason, body);
+}
+
+/* The request message in one slice (unref it), or false when there is
+ * none or it cannot be read. */
+static bool read_payload(struct rpc *r, grpc_slice *out)
+{
+    grpc_byte_buffer_reader reader;
+    if (r->payload == NULL || !grpc_byte_buffer_reader_init(&reader,
+                                                            r->payload))
+        return false;
+    *out = grpc_byte_buffer_reader_readall(&reader);
+    grpc_byte_buffer_reader_destroy(&reader);
+    return true;
 }
 
 static void hand_off(struct frontend *fe, struct rpc *r)
@@ -234,28 +295,44 @@ static void hand_off(struct frontend *fe, struct rpc *r)
     uv_async_send(&fe->async);
 }
 
+/* Checks the call's bearer token and notes its connection; false when
+ * the call was answered UNAUTHENTICATED. */
+static bool admit(struct rpc *r)
+{
+    struct frontend *fe = r->fe;
+    if (fe->log_identities)
+        peers_note(&fe->peers, r->call);
+    if (fe->tokens == NULL)
+        return true;
+    for (size_t i = 0; i < r->metadata.count; i++) {
+        const grpc_metadata *m = &r->metadata.metadata[i];
+        if (grpc_slice_str_cmp(m->key, "authorization") == 0 &&
+            tokens_check(fe->tokens,
+                         (const char *)GRPC_SLICE_START_PTR(m->value),
+                         GRPC_SLICE_LENGTH(m->value)))
+            return true;
+    }
+    log_debug("unauthenticated", NULL);
+    send_reply(r, GRPC_STATUS_UNAUTHENTICATED,
+               "missing or unknown bearer token", NULL);
+    return false;
+}
+
 /* A lease call arrived: decode it, answer bad input at once. */
 static void accept_call(struct rpc *r)
 {
     struct frontend *fe = r->fe;
     enum request_op op = r->req.op;
-    arm(fe, op, false);
-    if (r->payload == NULL) {
+    arm(fe, RPC_ARMED, op);
+    if (!admit(r))
+        return;
+    grpc_slice s;
+    if (!read_payload(r, &s)) {
         r->req.status = REPLY_INVALID;
         snprintf(r->req.reason, sizeof(r->req.reason), "no request message");
         reply_request(r);
         return;
     }
-    grpc_byte_buffer_reader reader;
-    if (!grpc_byte_buffer_reader_init(&reader, r->payload)) {
-        r->req.status = REPLY_INVALID;
-        snprintf(r->req.reason, sizeof(r->req.reason),
-                 "unreadable request message");
-        reply_request(r);
-        return;
-    }
-    grpc_slice s = grpc_byte_buffer_reader_readall(&reader);
-    grpc_byte_buffer_reader_destroy(&reader);
     int rc = codec_decode(op, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s),
                           &r->req, &r->msg);
     grpc_slice_unref(s);
@@ -269,13 +346,164 @@ static void accept_call(struct rpc *r)
 
 static void reject_unknown(struct rpc *r)
 {
-    arm(r->fe, OP_ACQUIRE, true);
+    arm(r->fe, RPC_UNKNOWN, 0);
+    if (!admit(r))
+        return;
     char *method = grpc_slice_to_c_string(r->details.method);
     char details[256];
     snprintf(details, sizeof(details), "unknown method %s", method);
     log_debug("unimplemented", "method=%s", method);
     gpr_free(method);
     send_reply(r, GRPC_STATUS_UNIMPLEMENTED, details, NULL);
+}
+
+/* --- grpc.health.v1 ------------------------------------------------------
+ *
+ * Answered on this thread, without a bearer token (probes send none), for
+ * the whole server ("") and the lease service: NOT_SERVING while the
+ * storage fails or once draining began, SERVING otherwise. A Watch stream
+ * has two batches: RECV_CLOSE_ON_SERVER, pending until the call is over
+ * (its tag is the rpc's address + 1), and at most one send at a time; it
+ * gets each new status, and when draining, NOT_SERVING and then its end.
+ */
+
+static int health_now(struct frontend *fe)
+{
+    return atomic_load(&fe->shutdown) || !atomic_load(&fe->serving)
+               ? HEALTH_NOT_SERVING
+               : HEALTH_SERVING;
+}
+
+static void *close_tag(struct rpc *r)
+{
+    return (char *)r + 1; /* rpcs are malloc'd: the low bit is free */
+}
+
+static void watcher_free(struct rpc *r)
+{
+    struct frontend *fe = r->fe;
+    struct rpc **p = &fe->watchers;
+    while (*p != r)
+        p = &(*p)->next_watcher;
+    *p = r->next_watcher;
+    rpc_free(r);
+}
+
+/* Sends what the watcher has not seen yet: a new status, or, when
+ * draining and it has seen NOT_SERVING, the end of the stream. */
+static void watch_update(struct rpc *r)
+{
+    struct frontend *fe = r->fe;
+    if (r->watch_sending || r->watch_closed || r->watch_ending)
+        return;
+    int want = r->watch_known ? health_now(fe) : HEALTH_UNKNOWN_SERVICE;
+    grpc_op ops[2];
+    memset(ops, 0, sizeof(ops));
+    size_t n = 0;
+    if (want != r->watch_sent) {
+        if (r->watch_sent == 0)
+            ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+        uint8_t buf[CODEC_REPLY_MAX];
+        grpc_byte_buffer_destroy(r->body);
+        r->body = make_body(buf, codec_encode_health(want, buf, sizeof(buf)));
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = r->body;
+        r->watch_sent = want;
+    } else if (atomic_load(&fe->shutdown)) {
+        ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+        ops[n++].data.send_status_from_server.status = GRPC_STATUS_OK;
+        r->watch_ending = true;
+    } else {
+        return;
+    }
+    if (grpc_call_start_batch(r->call, ops, n, r, NULL) == GRPC_CALL_OK) {
+        r->watch_sending = true;
+    } else {
+        log_error("watch_failed", NULL);
+        r->watch_ending = true;
+        grpc_call_cancel(r->call, NULL);
+    }
+}
+
+/* Brings every watcher up to date once the status changed, and while
+ * draining. */
+static void update_watchers(struct frontend *fe)
+{
+    int now = health_now(fe);
+    if (now == fe->health_seen && !atomic_load(&fe->shutdown))
+        return;
+    fe->health_seen = now;
+    for (struct rpc *w = fe->watchers; w != NULL; w = w->next_watcher)
+        watch_update(w);
+}
+
+/* A Check or Watch call arrived. */
+static void accept_health(struct rpc *r)
+{
+    struct frontend *fe = r->fe;
+    arm(fe, RPC_HEALTH, r->watch);
+    char service[256];
+    grpc_slice s;
+    bool ok = read_payload(r, &s);
+    if (ok) {
+        ok = codec_decode_health(GRPC_SLICE_START_PTR(s),
+                                 GRPC_SLICE_LENGTH(s), service,
+                                 sizeof(service)) == 0;
+        grpc_slice_unref(s);
+    }
+    if (!ok) {
+        send_reply(r, GRPC_STATUS_INVALID_ARGUMENT,
+                   "malformed HealthCheckRequest", NULL);
+        return;
+    }
+    bool known = service[0] == '\0' ||
+                 strcmp(service, codec_lease_service_name()) == 0;
+    if (!r->watch) {
+        uint8_t buf[CODEC_REPLY_MAX];
+        if (known)
+            send_reply(r, GRPC_STATUS_OK, NULL,
+                       make_body(buf, codec_encode_health(health_now(fe), buf,
+                                                          sizeof(buf))));
+        else
+            send_reply(r, GRPC_STATUS_NOT_FOUND, "unknown service", NULL);
+        return;
+    }
+    r->state = RPC_WATCHING;
+    r->watch_known = known;
+    r->next_watcher = fe->watchers;
+    fe->watchers = r;
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &r->cancelled;
+    if (grpc_call_start_batch(r->call, &op, 1, close_tag(r), NULL) !=
+        GRPC_CALL_OK) {
+        log_error("watch_failed", NULL);
+        watcher_free(r);
+        return;
+    }
+    watch_update(r);
+}
+
+/* A watcher's send batch completed. */
+static void watch_sent(struct rpc *r, bool success)
+{
+    r->watch_sending = false;
+    if (r->watch_closed) {
+        watcher_free(r);
+        return;
+    }
+    if (!success)
+        r->watch_ending = true; /* the stream broke; its close follows */
+    watch_update(r);
+}
+
+/* A watcher's call is over. */
+static void watch_closed(struct rpc *r)
+{
+    r->watch_closed = true;
+    if (!r->watch_sending)
+        watcher_free(r);
 }
 
 /* Sends every reply the loop handed back. */
@@ -298,8 +526,13 @@ static void on_event(struct frontend *fe, grpc_event ev)
         fe->notified = true;
         return;
     }
+    if ((uintptr_t)ev.tag & 1) {
+        watch_closed((struct rpc *)((char *)ev.tag - 1));
+        return;
+    }
     struct rpc *r = ev.tag;
-    if (r->state == RPC_ARMED || r->state == RPC_UNKNOWN)
+    if (r->state == RPC_ARMED || r->state == RPC_UNKNOWN ||
+        r->state == RPC_HEALTH)
         fe->armed--;
     switch (r->state) {
     case RPC_ARMED:
@@ -313,6 +546,15 @@ static void on_event(struct frontend *fe, grpc_event ev)
             reject_unknown(r);
         else
             rpc_free(r);
+        return;
+    case RPC_HEALTH:
+        if (ev.success)
+            accept_health(r);
+        else
+            rpc_free(r);
+        return;
+    case RPC_WATCHING:
+        watch_sent(r, ev.success);
         return;
     case RPC_READY:
         send_replies(fe);
@@ -336,11 +578,11 @@ static void *cq_thread(void *arg)
             fe->cq, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                                  gpr_time_from_millis(200, GPR_TIMESPAN)),
             NULL);
-        if (ev.type == GRPC_OP_COMPLETE) {
+        if (ev.type == GRPC_OP_COMPLETE)
             on_event(fe, ev);
-            continue;
-        }
-        if (!atomic_load(&fe->shutdown) || fe->cancelled_all)
+        update_watchers(fe);
+        if (ev.type == GRPC_OP_COMPLETE || !atomic_load(&fe->shutdown) ||
+            fe->cancelled_all)
             continue;
         /* Shutting down, and the queue was quiet for a moment. gRPC waits
          * for every connection to go away before it reports the shutdown,
@@ -352,10 +594,11 @@ static void *cq_thread(void *arg)
             fe->shutdown_seen_at = now;
         bool idle = fe->live == fe->armed;
         bool late = gpr_time_to_millis(gpr_time_sub(
-                        now, fe->shutdown_seen_at)) > CANCEL_AFTER_S * 1000;
+                        now, fe->shutdown_seen_at)) > fe->drain_ms;
         if (idle || late) {
             if (!idle)
-                log_warn("cancelling_calls", "after_s=%d", CANCEL_AFTER_S);
+                log_warn("cancelling_calls", "after_ms=%lld",
+                         (long long)fe->drain_ms);
             grpc_server_cancel_all_calls(fe->server);
             fe->cancelled_all = true;
         }
@@ -412,6 +655,11 @@ void frontend_reply(struct frontend *fe, struct request *req)
     }
 }
 
+void frontend_set_serving(struct frontend *fe, bool serving)
+{
+    atomic_store(&fe->serving, serving);
+}
+
 void frontend_shutdown(struct frontend *fe)
 {
     if (atomic_exchange(&fe->shutdown, true))
@@ -436,49 +684,106 @@ void frontend_destroy(struct frontend *fe)
 }
 
 /* Logs the address clients can use: with the real port when it was 0. */
-static void log_listening(const char *addr, int port)
+static void log_listening(const char *addr, int port, bool tls)
 {
     const char *colon = strrchr(addr, ':');
     if (strncmp(addr, "unix:", 5) == 0)
-        log_info("listening", "addr=%s", addr);
+        log_info("listening", "addr=%s tls=0", addr);
     else
-        log_info("listening", "addr=%.*s:%d", (int)(colon - addr), addr,
-                 port);
+        log_info("listening", "addr=%.*s:%d tls=%d", (int)(colon - addr),
+                 addr, port, (int)tls);
 }
 
-/* Binds every address and starts the server. Unix sockets are created
- * under umask 0117, so they are 0660 from the first moment. Returns 0, or
- * -1 with errmsg set. */
-static int bind_and_start(struct frontend *fe, const char *const *listen,
-                          size_t n, char *errmsg, size_t len)
+/* A unix socket's directory must exist and must not let others replace
+ * the socket: no group or other write unless sticky (like /tmp). */
+static int check_socket_dir(const char *addr, char *errmsg, size_t len)
 {
-    int *ports = calloc(n, sizeof(*ports));
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", addr + 5);
+    struct stat st;
+    const char *d = dirname(dir);
+    if (stat(d, &st) != 0) {
+        snprintf(errmsg, len, "%s: socket directory %s: %s", addr, d,
+                 strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode) ||
+        ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 &&
+         (st.st_mode & S_ISVTX) == 0)) {
+        snprintf(errmsg, len,
+                 "%s: socket directory %s is %s; want one only its owner "
+                 "can write (or sticky, like /tmp)",
+                 addr, d,
+                 S_ISDIR(st.st_mode) ? "writable by group or others"
+                                     : "not a directory");
+        return -1;
+    }
+    return 0;
+}
+
+/* Binds one address: a unix socket plaintext, created with the socket
+ * mode from the first moment (umask); TCP with TLS when configured.
+ * Returns the port (> 0), or 0 with errmsg set. */
+static int bind_one(struct frontend *fe, const struct frontend_options *o,
+                    const char *addr, char *errmsg, size_t len)
+{
+    bool unix_socket = strncmp(addr, "unix:", 5) == 0;
+    if (unix_socket && check_socket_dir(addr, errmsg, len) != 0)
+        return 0;
+    grpc_server_credentials *creds =
+        !unix_socket && o->tls != NULL
+            ? tls_server_credentials(o->tls)
+            : grpc_insecure_server_credentials_create();
+    if (creds == NULL) {
+        snprintf(errmsg, len, "%s: cannot create TLS credentials", addr);
+        return 0;
+    }
+    mode_t old_umask = 0;
+    if (unix_socket)
+        old_umask = umask(0777 & ~o->socket_mode);
+    int port = grpc_server_add_http2_port(fe->server, addr, creds);
+    if (unix_socket)
+        umask(old_umask);
+    grpc_server_credentials_release(creds);
+    if (port <= 0)
+        snprintf(errmsg, len, "cannot listen on %s", addr);
+    return port > 0 ? port : 0;
+}
+
+/* Binds every address and starts the server. Returns 0, or -1 with errmsg
+ * set. */
+static int bind_and_start(struct frontend *fe,
+                          const struct frontend_options *o, char *errmsg,
+                          size_t len)
+{
+    int *ports = calloc(o->nlisten, sizeof(*ports));
     if (ports == NULL) {
         snprintf(errmsg, len, "out of memory");
         return -1;
     }
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-    mode_t old_umask = umask(0117);
     int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        ports[i] = grpc_server_add_http2_port(fe->server, listen[i], creds);
-        if (ports[i] <= 0) {
-            snprintf(errmsg, len, "cannot listen on %s", listen[i]);
-            rc = -1;
-        }
+    for (size_t i = 0; i < o->nlisten && rc == 0; i++) {
+        ports[i] = bind_one(fe, o, o->listen[i], errmsg, len);
+        rc = ports[i] > 0 ? 0 : -1;
     }
     if (rc == 0)
         grpc_server_start(fe->server);
-    umask(old_umask);
-    grpc_server_credentials_release(creds);
-    for (size_t i = 0; i < n && rc == 0; i++)
-        log_listening(listen[i], ports[i]);
+    for (size_t i = 0; i < o->nlisten && rc == 0; i++)
+        log_listening(o->listen[i], ports[i],
+                      o->tls != NULL && strncmp(o->listen[i], "unix:", 5));
     free(ports);
     return rc;
 }
 
-struct frontend *frontend_create(uv_loop_t *loop, const char *const *listen,
-                                 size_t nlisten, size_t max_pending,
+static grpc_arg int_arg(const char *key, int value)
+{
+    grpc_arg a = {.type = GRPC_ARG_INTEGER, .key = (char *)key};
+    a.value.integer = value;
+    return a;
+}
+
+struct frontend *frontend_create(uv_loop_t *loop,
+                                 const struct frontend_options *opts,
                                  const struct frontend_callbacks *cb,
                                  char *errmsg, size_t errmsg_len)
 {
@@ -488,20 +793,37 @@ struct frontend *frontend_create(uv_loop_t *loop, const char *const *listen,
         return NULL;
     }
     fe->loop = loop;
-    fe->max_pending = max_pending;
+    fe->max_pending = opts->max_pending;
+    fe->drain_ms = opts->drain_ns / 1000000;
+    atomic_store(&fe->serving, true);
+    fe->tokens = opts->tokens;
+    fe->log_identities =
+        opts->tls != NULL && tls_requires_client_cert(opts->tls);
     fe->cb = *cb;
     pthread_mutex_init(&fe->lock, NULL);
 
+    const struct config_limits *l = opts->limits;
+    const int64_t ns_per_ms = 1000000;
     grpc_arg args[] = {
-        {.type = GRPC_ARG_INTEGER,
-         .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
-         .value.integer = MAX_RECEIVE_BYTES},
+        int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, MAX_RECEIVE_BYTES),
         /* gRPC binds with SO_REUSEPORT by default, so a second daemon on
          * the same port would silently share it and split the clients
          * between two lease tables. An address in use must fail. */
-        {.type = GRPC_ARG_INTEGER,
-         .key = GRPC_ARG_ALLOW_REUSEPORT,
-         .value.integer = 0},
+        int_arg(GRPC_ARG_ALLOW_REUSEPORT, 0),
+        int_arg(GRPC_ARG_MAX_CONCURRENT_STREAMS, l->max_streams),
+        int_arg(GRPC_ARG_MAX_METADATA_SIZE, l->max_metadata_bytes),
+        int_arg(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                (int)(l->keepalive_min_ns / ns_per_ms)),
+        int_arg(GRPC_ARG_HTTP2_MAX_PING_STRIKES, l->max_ping_strikes),
+        int_arg(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                (int)(l->handshake_timeout_ns / ns_per_ms)),
+        int_arg(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                l->max_idle_ns > 0 ? (int)(l->max_idle_ns / ns_per_ms)
+                                   : INT_MAX),
+        int_arg(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                l->max_age_ns > 0 ? (int)(l->max_age_ns / ns_per_ms)
+                                  : INT_MAX),
+        int_arg(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, AGE_GRACE_MS),
     };
     grpc_channel_args chargs = {sizeof(args) / sizeof(args[0]), args};
     fe->server = grpc_server_create(&chargs, NULL);
@@ -514,7 +836,14 @@ struct frontend *frontend_create(uv_loop_t *loop, const char *const *listen,
             fe->server, path, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
             0);
     }
-    if (bind_and_start(fe, listen, nlisten, errmsg, errmsg_len) != 0) {
+    for (int watch = 0; watch < 2; watch++) {
+        char path[128];
+        codec_health_path(watch, path, sizeof(path));
+        fe->health_methods[watch] = grpc_server_register_method(
+            fe->server, path, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
+            0);
+    }
+    if (bind_and_start(fe, opts, errmsg, errmsg_len) != 0) {
         grpc_server_destroy(fe->server);
         grpc_completion_queue_shutdown(fe->cq);
         while (grpc_completion_queue_next(
@@ -531,10 +860,14 @@ struct frontend *frontend_create(uv_loop_t *loop, const char *const *listen,
     fe->async.data = fe;
     for (int op = 0; op < NMETHODS; op++) {
         for (int i = 0; i < ARMED_PER_METHOD; i++)
-            arm(fe, (enum request_op)op, false);
+            arm(fe, RPC_ARMED, op);
     }
     for (int i = 0; i < ARMED_UNKNOWN; i++)
-        arm(fe, OP_ACQUIRE, true);
+        arm(fe, RPC_UNKNOWN, 0);
+    for (int i = 0; i < ARMED_HEALTH; i++) {
+        arm(fe, RPC_HEALTH, 0);
+        arm(fe, RPC_HEALTH, 1);
+    }
     fe->thread_started = pthread_create(&fe->thread, NULL, cq_thread, fe) == 0;
     if (!fe->thread_started) {
         snprintf(errmsg, errmsg_len, "cannot start the gRPC thread");

@@ -3,19 +3,26 @@
  * hand-off of lease calls to the libuv loop. This is the daemon's one
  * threaded seam; everything else runs on the loop.
  *
- * The completion-queue thread accepts calls, decodes and validates them
+ * The completion-queue thread accepts calls, checks their bearer token
+ * (UNAUTHENTICATED before anything else), decodes and validates them
  * (answering bad ones itself), and queues good ones for the loop, at most
  * max_pending at a time (more get RESOURCE_EXHAUSTED). Unknown methods get
- * UNIMPLEMENTED at once. The loop answers each queued request with
+ * UNIMPLEMENTED at once. With client certificates, each connection's
+ * verified identity is logged when its first call arrives. The loop answers each queued request with
  * frontend_reply(), exactly once.
  */
 #ifndef LEASED_FRONTEND_H
 #define LEASED_FRONTEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
 
+#include "config.h"
 #include "request.h"
+#include "tls.h"
+#include "tokens.h"
 
 struct frontend;
 
@@ -29,12 +36,23 @@ struct frontend_callbacks {
     void *arg;
 };
 
-/* Creates the gRPC server, binds every address in listen[] (borrowed),
- * logs each as `listening addr=…`, and starts the completion-queue thread.
- * grpc_init() must have been called. Returns NULL with errmsg set on
- * failure. */
-struct frontend *frontend_create(uv_loop_t *loop, const char *const *listen,
-                                 size_t nlisten, size_t max_pending,
+struct frontend_options {
+    const char *const *listen; /* HOST:PORT or unix:PATH */
+    size_t nlisten;
+    size_t max_pending;
+    struct tls *tls;       /* TLS on every TCP listener; NULL: plaintext */
+    struct tokens *tokens; /* bearer tokens every call needs; NULL: none */
+    unsigned socket_mode;  /* of unix sockets, e.g. 0660 */
+    const struct config_limits *limits;
+    int64_t drain_ns; /* after frontend_shutdown(), calls get this long */
+};
+
+/* Creates the gRPC server, binds every address (the options and what they
+ * point to are borrowed and must outlive the frontend), logs each as
+ * `listening addr=…`, and starts the completion-queue thread. grpc_init()
+ * must have been called. Returns NULL with errmsg set on failure. */
+struct frontend *frontend_create(uv_loop_t *loop,
+                                 const struct frontend_options *opts,
                                  const struct frontend_callbacks *cb,
                                  char *errmsg, size_t errmsg_len);
 
@@ -42,8 +60,13 @@ struct frontend *frontend_create(uv_loop_t *loop, const char *const *listen,
  * callback. req must not be touched afterwards. */
 void frontend_reply(struct frontend *fe, struct request *req);
 
-/* On the loop: stops accepting calls; those in progress finish. The
- * stopped callback follows. */
+/* On the loop: whether storage works, for health checks (true at
+ * first). */
+void frontend_set_serving(struct frontend *fe, bool serving);
+
+/* On the loop: health turns NOT_SERVING (Watch streams get it, then
+ * end), new calls are refused, and those in progress get drain_ns to
+ * finish before they are cancelled. The stopped callback follows. */
 void frontend_shutdown(struct frontend *fe);
 
 /* On the loop, after the stopped callback: joins the thread and frees

@@ -57,6 +57,17 @@ void log_write(enum log_level level, const char *msg, const char *kv_fmt, ...)
     fwrite(line, 1, (size_t)n, stderr); /* one write: lines never mix */
 }
 
+void log_quotable(char *out, size_t len, const char *in, size_t in_len)
+{
+    size_t i = 0;
+    for (size_t k = 0; k < in_len && i + 1 < len; k++) {
+        unsigned char c = (unsigned char)in[k];
+        out[i++] = c == '"' ? '\'' : (c < 0x20 || c == 0x7f ? ' ' : (char)c);
+    }
+    if (len > 0)
+        out[i] = '\0';
+}
+
 static void grpc_log(gpr_log_func_args *args)
 {
     enum log_level level = args->severity == GPR_LOG_SEVERITY_ERROR ? LOG_ERROR
@@ -64,13 +75,8 @@ static void grpc_log(gpr_log_func_args *args)
                                ? LOG_INFO
                                : LOG_DEBUG;
     const char *file = strrchr(args->file, '/');
-    /* Keep the line one key=value record: no quotes or newlines inside. */
     char detail[1024];
-    size_t i = 0;
-    for (const char *p = args->message; *p != '\0' && i < sizeof(detail) - 1;
-         p++)
-        detail[i++] = *p == '"' ? '\'' : (*p == '\n' ? ' ' : *p);
-    detail[i] = '\0';
+    log_quotable(detail, sizeof(detail), args->message, strlen(args->message));
     log_write(level, "grpc", "file=%s:%d detail=\"%s\"",
               file != NULL ? file + 1 : args->file, args->line, detail);
 }

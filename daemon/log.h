@@ -6,6 +6,8 @@
 #ifndef LEASED_LOG_H
 #define LEASED_LOG_H
 
+#include <stddef.h>
+
 enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
 
 /* Lines below level are dropped. */
@@ -18,6 +20,11 @@ int log_parse_level(const char *name, enum log_level *level);
  * further key=value pairs (quote values that may hold spaces), or NULL. */
 void log_write(enum log_level level, const char *msg, const char *kv_fmt,
                ...) __attribute__((format(printf, 3, 4)));
+
+/* Copies in_len bytes of in into out (len bytes, NUL-terminated) so that
+ * they fit inside a quoted value: '"' becomes '\'', control characters
+ * spaces. */
+void log_quotable(char *out, size_t len, const char *in, size_t in_len);
 
 /* Sends gRPC's own log lines through log_write. */
 void log_route_grpc(void);

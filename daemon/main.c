@@ -5,23 +5,28 @@
  *   config -> data directory lock -> store -> server (engine, loop side)
  *          -> frontend (gRPC, completion-queue thread) -> uv_run
  *
- * SIGTERM/SIGINT: stop accepting, answer the calls in progress, commit,
- * close, exit 0.
+ * SIGTERM/SIGINT: health NOT_SERVING, stop accepting, answer the calls in
+ * progress (cancel what is left after --drain-timeout), commit, close,
+ * exit 0. SIGHUP: reload the token file and the TLS files.
  */
 #include <grpc/grpc.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <uv.h>
 
+#include "addr.h"
 #include "config.h"
 #include "datadir.h"
 #include "frontend.h"
 #include "log.h"
 #include "server.h"
 #include "store.h"
+#include "tls.h"
+#include "tokens.h"
 #include "version.h"
 
 #define BUSY_TIMEOUT_MS 2000
@@ -29,7 +34,9 @@
 struct daemon {
     struct server *server;
     struct frontend *frontend;
-    uv_signal_t sigterm, sigint;
+    struct tls *tls;       /* NULL: no TLS */
+    struct tokens *tokens; /* NULL: no bearer tokens */
+    uv_signal_t sigterm, sigint, sighup;
     bool signals_started;
     bool stopping;
 };
@@ -46,12 +53,20 @@ static void reply(void *arg, struct request *req)
     frontend_reply(d->frontend, req);
 }
 
+static void on_storage(void *arg, bool ok)
+{
+    struct daemon *d = arg;
+    if (d->frontend != NULL)
+        frontend_set_serving(d->frontend, ok);
+}
+
 static void on_server_closed(void *arg)
 {
     struct daemon *d = arg;
     if (d->signals_started) {
         uv_close((uv_handle_t *)&d->sigterm, NULL);
         uv_close((uv_handle_t *)&d->sigint, NULL);
+        uv_close((uv_handle_t *)&d->sighup, NULL);
     }
 }
 
@@ -63,6 +78,27 @@ static void on_frontend_stopped(void *arg)
     server_close(d->server, on_server_closed, d);
 }
 
+/* SIGHUP: the token file and the TLS files again; what fails to load
+ * keeps its old contents. */
+static void on_sighup(uv_signal_t *h, int signum)
+{
+    struct daemon *d = h->data;
+    char err[512];
+    if (d->tokens != NULL) {
+        if (tokens_reload(d->tokens, err, sizeof(err)) == 0)
+            log_info("reloaded", "what=tokens count=%zu",
+                     tokens_count(d->tokens));
+        else
+            log_warn("reload_failed", "what=tokens reason=\"%s\"", err);
+    }
+    if (d->tls != NULL) {
+        if (tls_reload(d->tls, err, sizeof(err)) == 0)
+            log_info("reloaded", "what=tls");
+        else
+            log_warn("reload_failed", "what=tls reason=\"%s\"", err);
+    }
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
     struct daemon *d = h->data;
@@ -71,6 +107,48 @@ static void on_signal(uv_signal_t *h, int signum)
     d->stopping = true;
     log_info("stopping", "signal=%s", signum == SIGTERM ? "TERM" : "INT");
     frontend_shutdown(d->frontend);
+}
+
+/* Every connection takes a descriptor, and gRPC 1.51 stops accepting for
+ * good when accept() runs out of them: take all the kernel allows. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    log_info("fd_limit", "nofile=%llu", (unsigned long long)rl.rlim_cur);
+}
+
+/* The TLS files and the token file, as configured; warns about plaintext
+ * on non-loopback addresses. Returns 0, or -1 with errmsg set. */
+static int load_security(const struct config *cfg, struct daemon *d,
+                         char *errmsg, size_t len)
+{
+    if (cfg->tls_cert != NULL) {
+        d->tls = tls_load(cfg->tls_cert, cfg->tls_key, cfg->tls_client_ca,
+                          errmsg, len);
+        if (d->tls == NULL)
+            return -1;
+    }
+    if (cfg->auth_token_file != NULL) {
+        d->tokens = tokens_load(cfg->auth_token_file, errmsg, len);
+        if (d->tokens == NULL)
+            return -1;
+    }
+    for (size_t i = 0; i < cfg->nlisten && d->tls == NULL; i++) {
+        bool plaintext_ok;
+        char why[200];
+        addr_check(cfg->listen[i], &plaintext_ok, why, sizeof(why));
+        if (!plaintext_ok)
+            log_warn("insecure", "addr=%s reason=\"plaintext on a "
+                     "non-loopback address (--insecure)\"", cfg->listen[i]);
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -86,6 +164,13 @@ int main(int argc, char **argv)
     }
     log_set_level(cfg.log_level);
     signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit();
+
+    struct daemon d = {0};
+    if (load_security(&cfg, &d, err, sizeof(err)) != 0) {
+        log_error("startup_failed", "reason=\"%s\"", err);
+        return 1;
+    }
 
     int lock_fd = datadir_lock(cfg.data_dir, err, sizeof(err));
     if (lock_fd < 0) {
@@ -101,25 +186,35 @@ int main(int argc, char **argv)
     }
 
     uv_loop_t *loop = uv_default_loop();
-    struct daemon d = {0};
     d.server = server_create(loop, store, cfg.ttl_ns, err, sizeof(err));
     if (d.server == NULL) {
         log_error("startup_failed", "reason=\"%s\"", err);
         return 1;
     }
-    server_set_reply(d.server, reply, &d);
+    server_set_reply(d.server, reply, on_storage, &d);
 
     log_route_grpc();
     grpc_init();
     struct frontend_callbacks cb = {on_requests, on_frontend_stopped, &d};
-    d.frontend = frontend_create(loop, cfg.listen, cfg.nlisten,
-                                 cfg.max_pending, &cb, err, sizeof(err));
+    struct frontend_options fo = {
+        .listen = cfg.listen,
+        .nlisten = cfg.nlisten,
+        .max_pending = cfg.max_pending,
+        .tls = d.tls,
+        .tokens = d.tokens,
+        .socket_mode = cfg.socket_mode,
+        .limits = &cfg.limits,
+        .drain_ns = cfg.drain_ns,
+    };
+    d.frontend = frontend_create(loop, &fo, &cb, err, sizeof(err));
     if (d.frontend == NULL) {
         log_error("startup_failed", "reason=\"%s\"", err);
         server_close(d.server, on_server_closed, &d);
         uv_run(loop, UV_RUN_DEFAULT);
         uv_loop_close(loop);
-        grpc_shutdown();
+        grpc_shutdown_blocking();
+        tls_free(d.tls);
+        tokens_free(d.tokens);
         return 1;
     }
     uv_signal_init(loop, &d.sigterm);
@@ -127,6 +222,9 @@ int main(int argc, char **argv)
     d.sigterm.data = d.sigint.data = &d;
     uv_signal_start(&d.sigterm, on_signal, SIGTERM);
     uv_signal_start(&d.sigint, on_signal, SIGINT);
+    uv_signal_init(loop, &d.sighup);
+    d.sighup.data = &d;
+    uv_signal_start(&d.sighup, on_sighup, SIGHUP);
     d.signals_started = true;
     log_info("started", "version=%s data_dir=%s ttl_ms=%lld pid=%ld",
              LEASED_VERSION, cfg.data_dir, (long long)(cfg.ttl_ns / 1000000),
@@ -138,6 +236,8 @@ int main(int argc, char **argv)
     /* grpc_shutdown() may leave gRPC's threads to finish after we exit;
      * wait for them, so that the process ends with nothing running. */
     grpc_shutdown_blocking();
+    tls_free(d.tls);
+    tokens_free(d.tokens);
     close(lock_fd);
     log_info("stopped", NULL);
     return 0;

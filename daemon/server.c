@@ -54,6 +54,7 @@ struct server {
     struct store *store;
     struct clock clock;
     void (*reply)(void *arg, struct request *req);
+    void (*storage)(void *arg, bool ok);
     void *reply_arg;
 
     struct request *pending, *pending_tail;
@@ -147,6 +148,16 @@ static void decide(struct server *s, int64_t now_ns, struct request *req)
     }
 }
 
+/* Storage started or stopped failing: tell the owner (health). */
+static void set_failing(struct server *s, bool failing)
+{
+    if (s->storage_failing == failing)
+        return;
+    s->storage_failing = failing;
+    if (s->storage != NULL)
+        s->storage(s->reply_arg, !failing);
+}
+
 static void answer_all(struct server *s, struct request *list)
 {
     while (list != NULL) {
@@ -200,7 +211,7 @@ static void sync_done(uv_work_t *w, int status)
     } else {
         log_warn("sync_failed", "error=\"%s\"",
                  strerror(s->sync_errno != 0 ? s->sync_errno : EIO));
-        s->storage_failing = true;
+        set_failing(s, true);
     }
     /* Answer, in commit order, everything this sync covered. */
     struct request *done = NULL, **tail = &done;
@@ -237,13 +248,13 @@ static void commit_done(uv_work_t *w, int status)
             engine_finish(s->engine, &s->chgs[i], true);
         if (s->storage_failing)
             log_info("storage_recovered", NULL);
-        s->storage_failing = false;
+        set_failing(s, false);
     } else {
         for (size_t i = s->nchgs; i-- > 0;)
             engine_finish(s->engine, &s->chgs[i], false);
         log_warn("commit_failed", "changes=%zu error=\"%s\"", s->nchgs,
                  s->commit_errmsg);
-        s->storage_failing = true;
+        set_failing(s, true);
         for (struct request *r = s->batch; r != NULL; r = r->next) {
             r->status = REPLY_UNAVAILABLE;
             r->needs_sync = false;
@@ -408,9 +419,10 @@ fail:
 
 void server_set_reply(struct server *s,
                       void (*reply)(void *arg, struct request *req),
-                      void *arg)
+                      void (*storage)(void *arg, bool ok), void *arg)
 {
     s->reply = reply;
+    s->storage = storage;
     s->reply_arg = arg;
 }
 

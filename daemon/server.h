@@ -21,10 +21,12 @@ struct store;
 struct server *server_create(uv_loop_t *loop, struct store *store,
                              int64_t ttl_ns, char *errmsg, size_t errmsg_len);
 
-/* Lets the server answer through reply(arg, req) once a request is done. */
+/* Lets the server answer through reply(arg, req) once a request is done,
+ * and say through storage(arg, ok) when the storage starts failing
+ * (false) or works again (true). storage may be NULL. */
 void server_set_reply(struct server *s,
                       void (*reply)(void *arg, struct request *req),
-                      void *arg);
+                      void (*storage)(void *arg, bool ok), void *arg);
 
 /* Takes a list of requests (linked by ->next) to decide and answer. */
 void server_submit(struct server *s, struct request *list);

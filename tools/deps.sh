@@ -7,7 +7,7 @@ packages=(
   gcc libc6-dev pkg-config meson ninja-build
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libprotobuf-dev protobuf-compiler
-  libuv1-dev libsqlite3-dev libhiredis-dev
+  libuv1-dev libsqlite3-dev libhiredis-dev libssl-dev openssl
   python3 python3-grpcio python3-protobuf libfaketime valgrind strace
 )
 

@@ -27,10 +27,14 @@ static int fail(char *errmsg, size_t len, const char *why)
     return -1;
 }
 
-int addr_check_plaintext(const char *addr, char *errmsg, size_t len)
+int addr_check(const char *addr, bool *plaintext_ok, char *errmsg,
+               size_t len)
 {
-    if (strncmp(addr, "unix:", 5) == 0)
+    *plaintext_ok = false;
+    if (strncmp(addr, "unix:", 5) == 0) {
+        *plaintext_ok = true;
         return addr[5] != '\0' ? 0 : fail(errmsg, len, "no socket path");
+    }
     const char *colon = strrchr(addr, ':');
     if (colon == NULL || colon == addr || colon[1] == '\0')
         return fail(errmsg, len, "want HOST:PORT or unix:/PATH");
@@ -53,7 +57,16 @@ int addr_check_plaintext(const char *addr, char *errmsg, size_t len)
     if (*end != '\0' || errno != 0 || port > 65535 || colon[1] < '0' ||
         colon[1] > '9')
         return fail(errmsg, len, "bad port");
-    if (!is_loopback(host))
+    *plaintext_ok = is_loopback(host);
+    return 0;
+}
+
+int addr_check_plaintext(const char *addr, char *errmsg, size_t len)
+{
+    bool plaintext_ok;
+    if (addr_check(addr, &plaintext_ok, errmsg, len) != 0)
+        return -1;
+    if (!plaintext_ok)
         return fail(errmsg, len,
                     "not a loopback address: plaintext is allowed only on "
                     "loopback or a unix socket");

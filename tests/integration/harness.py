@@ -11,10 +11,12 @@ per case from that list). A case passes when it
 returns; any exception fails it.
 """
 import atexit
+import importlib.util
 import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -27,6 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 PROTO = os.path.join(ROOT, "proto")
 SERVICE = "/mecatl.driver.v1.SessionLeaseService/"
+HEALTH = "/grpc.health.v1.Health/"
 
 
 def _generate():
@@ -34,14 +37,20 @@ def _generate():
     atexit.register(shutil.rmtree, out, True)
     subprocess.run(
         ["protoc", "-I", PROTO, "--python_out=" + out,
-         "mecatl/driver/v1/session_lease.proto"],
+         "mecatl/driver/v1/session_lease.proto",
+         "grpc/health/v1/health.proto"],
         check=True)
     sys.path.insert(0, out)
     from mecatl.driver.v1 import session_lease_pb2
-    return session_lease_pb2
+    # Loaded by path: "grpc" is grpcio's own package.
+    spec = importlib.util.spec_from_file_location(
+        "health_pb2", os.path.join(out, "grpc/health/v1/health_pb2.py"))
+    health_pb2 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(health_pb2)
+    return session_lease_pb2, health_pb2
 
 
-pb = _generate()
+pb, health_pb = _generate()
 
 
 def leased_bin():
@@ -55,14 +64,26 @@ class Leased:
     """One leased process. Use as a context manager, or call stop()."""
 
     def __init__(self, data_dir=None, ttl="1s", args=(), listen="127.0.0.1:0",
-                 env=None):
-        self._tmp = None
+                 env=None, tls=None, token=None):
+        """tls: a certs.Certs; leased then serves TLS with its server
+        certificate, and channel() trusts its CA and presents client1's
+        certificate. token: a bearer token leased requires (from a file
+        of its own) and client() sends."""
+        self._tmp = tempfile.TemporaryDirectory(prefix="leased-test-")
         if data_dir is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="leased-test-")
             data_dir = os.path.join(self._tmp.name, "data")
         self.data_dir = data_dir
         self.ttl = ttl
         self.args = list(args)
+        self.tls = tls
+        self.token = token
+        if tls is not None:
+            self.args += ["--tls-cert", tls.path("server.pem"),
+                          "--tls-key", tls.path("server.key")]
+        if token is not None:
+            self.token_file = os.path.join(self._tmp.name, "tokens")
+            write_private(self.token_file, "# test token\n%s\n" % token)
+            self.args += ["--auth-token-file", self.token_file]
         self.listen = listen
         self.env = env
         self.proc = None
@@ -102,6 +123,16 @@ class Leased:
         if wait:
             self.addr = self.wait_log(r"msg=listening addr=(\S+)").group(1)
         return self
+
+    def run_to_exit(self, timeout=10.0):
+        """Starts leased expecting it to exit by itself (a refused start);
+        returns (exit code, log text) and cleans up."""
+        try:
+            self.start(wait=False)
+            rc = self.proc.wait(timeout=timeout)
+            return rc, self.log_text()
+        finally:
+            self.__exit__(None, None, None)
 
     def log_text(self):
         with open(self.log_path) as f:
@@ -143,9 +174,16 @@ class Leased:
         self.proc.wait(timeout=10)
         self.close_channels()
 
-    def channel(self, options=None):
-        """A new channel to leased, closed by stop() and kill9()."""
-        ch = grpc.insecure_channel(self.addr, options=options)
+    def channel(self, options=None, creds=None, plain=False):
+        """A new channel to leased, closed by stop() and kill9(): with
+        creds if given, else TLS as set up by tls= (unless plain), else
+        plaintext."""
+        if creds is None and self.tls is not None and not plain:
+            creds = tls_creds(self.tls, "client1")
+        if creds is not None:
+            ch = grpc.secure_channel(self.addr, creds, options=options)
+        else:
+            ch = grpc.insecure_channel(self.addr, options=options)
         self._channels.append(ch)
         return ch
 
@@ -155,7 +193,7 @@ class Leased:
         self._channels = []
 
     def client(self):
-        return Client(self.channel())
+        return Client(self.channel(), token=self.token)
 
     def __enter__(self):
         if self.proc is None:
@@ -174,16 +212,36 @@ class Leased:
                 self.kill9()
             if self.log is not None:
                 self.log.close()
-            if self._tmp is not None:
-                self._tmp.cleanup()
+            self._tmp.cleanup()
+
+
+def write_private(path, text, mode=0o600):
+    """Writes a file that only its owner may read (mode set before the
+    contents arrive)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(path, mode)
+
+
+def tls_creds(certs, client=None, ca="ca.pem"):
+    """Channel credentials trusting certs' CA (or another file), presenting
+    the client certificate named (e.g. "client1"), if any."""
+    kw = {"root_certificates": certs.read(ca)}
+    if client is not None:
+        kw["private_key"] = certs.read(client + ".key")
+        kw["certificate_chain"] = certs.read(client + ".pem")
+    return grpc.ssl_channel_credentials(**kw)
 
 
 class Client:
-    """The three lease calls over one channel; errors raise grpc.RpcError."""
+    """The three lease calls over one channel; errors raise grpc.RpcError.
+    With a token, every call carries `authorization: Bearer <token>`."""
 
-    def __init__(self, channel, timeout=5.0):
+    def __init__(self, channel, timeout=5.0, token=None):
         self.channel = channel
         self.timeout = timeout
+        self.metadata = (("authorization", "Bearer " + token),) if token else None
         self._acquire = channel.unary_unary(
             SERVICE + "Acquire", pb.AcquireRequest.SerializeToString,
             pb.LeaseResponse.FromString)
@@ -196,20 +254,58 @@ class Client:
 
     def acquire(self, session, owner):
         return self._acquire(pb.AcquireRequest(session_id=session, owner=owner),
-                             timeout=self.timeout).lease
+                             timeout=self.timeout,
+                             metadata=self.metadata).lease
 
     def renew(self, lease):
         return self._renew(pb.RenewRequest(lease=lease),
-                           timeout=self.timeout).lease
+                           timeout=self.timeout, metadata=self.metadata).lease
 
     def release(self, lease):
-        self._release(pb.ReleaseRequest(lease=lease), timeout=self.timeout)
+        self._release(pb.ReleaseRequest(lease=lease), timeout=self.timeout,
+                      metadata=self.metadata)
+
+    def health(self, service=""):
+        """grpc.health.v1 Check: the ServingStatus name ("SERVING", ...)."""
+        call = self.channel.unary_unary(
+            HEALTH + "Check", health_pb.HealthCheckRequest.SerializeToString,
+            health_pb.HealthCheckResponse.FromString)
+        resp = call(health_pb.HealthCheckRequest(service=service),
+                    timeout=self.timeout)
+        return health_pb.HealthCheckResponse.ServingStatus.Name(resp.status)
+
+    def watch(self, service="", timeout=None):
+        """grpc.health.v1 Watch: an iterator of ServingStatus names."""
+        call = self.channel.unary_stream(
+            HEALTH + "Watch", health_pb.HealthCheckRequest.SerializeToString,
+            health_pb.HealthCheckResponse.FromString)
+        stream = call(health_pb.HealthCheckRequest(service=service),
+                      timeout=timeout)
+        return stream, (health_pb.HealthCheckResponse.ServingStatus.Name(
+            m.status) for m in stream)
 
     def raw(self, method, payload, timeout=None):
         """Sends raw bytes to SERVICE + method (or a full path)."""
         path = method if method.startswith("/") else SERVICE + method
         call = self.channel.unary_unary(path)
-        return call(payload, timeout=timeout or self.timeout)
+        return call(payload, timeout=timeout or self.timeout,
+                    metadata=self.metadata)
+
+
+class WriteLock:
+    """Holds the database's write lock from outside (BEGIN IMMEDIATE), as
+    another process would."""
+
+    def __init__(self, path):
+        self.con = sqlite3.connect(path, isolation_level=None, timeout=5)
+
+    def __enter__(self):
+        self.con.execute("BEGIN IMMEDIATE")
+        return self
+
+    def __exit__(self, *exc):
+        self.con.execute("ROLLBACK")
+        self.con.close()
 
 
 def status_of(fn, *args):

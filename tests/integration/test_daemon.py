@@ -102,22 +102,6 @@ def read_db(path):
         con.close()
 
 
-class WriteLock:
-    """Holds the database's write lock from outside (BEGIN IMMEDIATE), as
-    another process would."""
-
-    def __init__(self, path):
-        self.con = sqlite3.connect(path, isolation_level=None, timeout=5)
-
-    def __enter__(self):
-        self.con.execute("BEGIN IMMEDIATE")
-        return self
-
-    def __exit__(self, *exc):
-        self.con.execute("ROLLBACK")
-        self.con.close()
-
-
 def run_threads(fns, timeout=20.0):
     """Runs each fn in its own thread; returns their results in order and
     re-raises the first exception."""
@@ -252,7 +236,7 @@ def test_sigterm_drains_inflight_call():
         c = d.client()
         c.acquire("warm", "alice")
         out = {}
-        with WriteLock(d.db_path):
+        with harness.WriteLock(d.db_path):
             t = threading.Thread(target=lambda: out.update(
                 code=status_of(c.acquire, "drain", "bob")))
             t.start()
@@ -901,7 +885,8 @@ def test_unknown_methods_unimplemented_promptly():
         paths = ["/mecatl.driver.v1.SessionStoreService/Get",
                  "/foo.Bar/Baz",
                  "/mecatl.driver.v1.SessionLeaseService/Get",
-                 "/grpc.health.v1.Health/Watch"]
+                 "/grpc.reflection.v1alpha.ServerReflection/"
+                 "ServerReflectionInfo"]
         for path in paths:
             start = time.monotonic()
             e = rpc_error(c.raw, path, b"\x0a\x01x", 10.0)
@@ -987,7 +972,7 @@ def test_storage_failure_unavailable_then_recovers():
         renewed = c.acquire("renewed", "carol")
         freed = c.acquire("freed", "dave")
         snap = read_db(d.db_path)
-        with WriteLock(d.db_path):
+        with harness.WriteLock(d.db_path):
             start = time.monotonic()
             codes = run_threads([
                 lambda: status_of(c.acquire, "s", "alice"),
@@ -1023,7 +1008,7 @@ def test_full_queue_resource_exhausted():
         clients = [harness.Client(own_channel(d), timeout=10)
                    for _ in range(n)]
         clients[0].acquire("warm", "w")
-        with WriteLock(d.db_path):
+        with harness.WriteLock(d.db_path):
             barrier = threading.Barrier(n)
 
             def call(i):

@@ -112,5 +112,63 @@ TEST(bad_flags_refused)
     CHECK(strncmp(err, "--max-pending 0: ", 17) == 0);
 }
 
+TEST(plaintext_rule_and_tls_flags)
+{
+    struct config cfg;
+    char err[256];
+    /* Non-loopback TCP needs TLS, or --insecure said out loud. */
+    char *a1[] = {"leased", "--listen", "0.0.0.0:7443", NULL};
+    CHECK_EQ_I64(config_parse(&cfg, 3, a1, err, sizeof(err)), CONFIG_ERROR);
+    CHECK(strstr(err, "--insecure") != NULL);
+    char *a2[] = {"leased", "--listen", "0.0.0.0:7443", "--insecure", NULL};
+    CHECK_EQ_I64(parse(&cfg, a2), CONFIG_OK);
+    CHECK(cfg.insecure);
+    char *a3[] = {"leased", "--listen", "10.0.0.1:7443", "--tls-cert", "c",
+                  "--tls-key", "k", NULL};
+    CHECK_EQ_I64(parse(&cfg, a3), CONFIG_OK);
+    CHECK_STR(cfg.tls_cert, "c");
+    CHECK_STR(cfg.tls_key, "k");
+    CHECK(cfg.tls_client_ca == NULL && !cfg.insecure);
+    /* Malformed addresses are refused whatever the security. */
+    char *a4[] = {"leased", "--listen", "10.0.0.1", "--insecure", NULL};
+    CHECK_EQ_I64(parse(&cfg, a4), CONFIG_ERROR);
+    /* Certificate and key go together; a client CA needs both. */
+    char *a5[] = {"leased", "--tls-cert", "c", NULL};
+    CHECK_EQ_I64(config_parse(&cfg, 3, a5, err, sizeof(err)), CONFIG_ERROR);
+    CHECK(strstr(err, "go together") != NULL);
+    char *a6[] = {"leased", "--tls-client-ca", "ca", NULL};
+    CHECK_EQ_I64(parse(&cfg, a6), CONFIG_ERROR);
+    /* From the environment too. */
+    setenv("LEASED_INSECURE", "1", 1);
+    setenv("LEASED_AUTH_TOKEN_FILE", "/etc/leased/tokens", 1);
+    char *a7[] = {"leased", "--listen", "0.0.0.0:1", NULL};
+    CHECK_EQ_I64(parse(&cfg, a7), CONFIG_OK);
+    CHECK(cfg.insecure);
+    CHECK_STR(cfg.auth_token_file, "/etc/leased/tokens");
+    setenv("LEASED_INSECURE", "maybe", 1);
+    CHECK_EQ_I64(parse(&cfg, a7), CONFIG_ERROR);
+    unsetenv("LEASED_INSECURE");
+    unsetenv("LEASED_AUTH_TOKEN_FILE");
+}
+
+TEST(socket_mode)
+{
+    struct config cfg;
+    char *a1[] = {"leased", NULL};
+    CHECK_EQ_I64(parse(&cfg, a1), CONFIG_OK);
+    CHECK_EQ_I64(cfg.socket_mode, 0660);
+    char *a2[] = {"leased", "--socket-mode", "0600", NULL};
+    CHECK_EQ_I64(parse(&cfg, a2), CONFIG_OK);
+    CHECK_EQ_I64(cfg.socket_mode, 0600);
+    char *a3[] = {"leased", "--socket-mode", "666", NULL};
+    CHECK_EQ_I64(parse(&cfg, a3), CONFIG_OK);
+    CHECK_EQ_I64(cfg.socket_mode, 0666);
+    const char *bad[] = {"400", "060", "1777", "8", "abc", "", "-600"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *a[] = {"leased", "--socket-mode", (char *)bad[i], NULL};
+        CHECK_EQ_I64(parse(&cfg, a), CONFIG_ERROR);
+    }
+}
+
 CHECK_MAIN(durations, listen_addresses, defaults, flags_win_over_environment,
-           bad_flags_refused)
+           bad_flags_refused, plaintext_rule_and_tls_flags, socket_mode)

@@ -6,11 +6,17 @@ against the real `leased`, started with a TTL of 500 ms; expiry is waited
 out with real sleeps of 1.2 x TTL. Each behaviour is one `test_*` case,
 asserted as wire-contract.md words it.
 
+With LEASED_INTEROP_SECURE=1 the same cases run over TLS with a bearer
+token (the test command runs both ways).
+
 Run: LEASED_BIN=build/daemon/leased /usr/bin/python3 FILE [CASE...]
 """
+import atexit
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -19,6 +25,7 @@ import grpc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "integration"))
+import certs  # noqa: E402
 import harness  # noqa: E402
 from harness import pb  # noqa: E402
 
@@ -29,8 +36,21 @@ EXPIRE_S = 1.2 * TTL_S  # a sleep that outlasts a lease
 HELD = grpc.StatusCode.FAILED_PRECONDITION
 
 
+_certs = None
+
+
 def daemon():
-    return harness.Leased(ttl=TTL)
+    """The daemon under test: plaintext on loopback, or, with
+    LEASED_INTEROP_SECURE=1, TLS (certificates made for this run) and a
+    bearer token."""
+    global _certs
+    if os.environ.get("LEASED_INTEROP_SECURE") != "1":
+        return harness.Leased(ttl=TTL)
+    if _certs is None:
+        tmp = tempfile.mkdtemp(prefix="leased-interop-certs-")
+        atexit.register(shutil.rmtree, tmp, True)
+        _certs = certs.make(tmp)
+    return harness.Leased(ttl=TTL, tls=_certs, token=uuid.uuid4().hex)
 
 
 def owner_id():

@@ -1,0 +1,232 @@
+/* Bearer tokens from a file (see tokens.h). */
+#include "tokens.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define FILE_MAX (64 * 1024)
+
+/* A token zero-padded to the full width, so that comparing two costs the
+ * same whatever they hold. */
+struct token {
+    unsigned char bytes[TOKENS_MAX_LEN];
+    size_t len;
+};
+
+struct set {
+    size_t n;
+    struct token tok[TOKENS_MAX_COUNT];
+};
+
+struct tokens {
+    const char *path;
+    pthread_mutex_t lock;
+    struct set set;
+};
+
+static bool token_char(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+           (c >= '0' && c <= '9') || strchr("-._~+/=", c) != NULL;
+}
+
+/* Reads the whole file into buf (NUL-terminated), checking its mode. */
+static int read_file(const char *path, char *buf, char *errmsg, size_t len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(errmsg, len, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    int rc = -1;
+    if (fstat(fd, &st) != 0)
+        snprintf(errmsg, len, "%s: %s", path, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        snprintf(errmsg, len, "%s: not a regular file", path);
+    else if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
+        snprintf(errmsg, len,
+                 "%s: mode %03o lets group or others at it; want 600 or "
+                 "400 (chmod 600 %s)",
+                 path, (unsigned)(st.st_mode & 0777), path);
+    else if (st.st_size > FILE_MAX)
+        snprintf(errmsg, len, "%s: larger than %d bytes", path, FILE_MAX);
+    else
+        rc = 0;
+    size_t got = 0;
+    while (rc == 0 && got < FILE_MAX) {
+        ssize_t n = read(fd, buf + got, FILE_MAX - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            snprintf(errmsg, len, "%s: %s", path, strerror(errno));
+            rc = -1;
+        }
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fd);
+    buf[got] = '\0';
+    return rc;
+}
+
+/* Parses the file's text into *set. Messages name lines, never tokens. */
+static int parse(const char *path, char *text, struct set *set, char *errmsg,
+                 size_t len)
+{
+    set->n = 0;
+    int lineno = 0;
+    for (char *line = text, *next; line != NULL; line = next) {
+        lineno++;
+        next = strchr(line, '\n');
+        if (next != NULL)
+            *next++ = '\0';
+        size_t n = strlen(line);
+        while (n > 0 && strchr(" \t\r", line[n - 1]) != NULL)
+            line[--n] = '\0';
+        while (*line == ' ' || *line == '\t')
+            line++, n--;
+        if (n == 0 || line[0] == '#')
+            continue;
+        for (size_t i = 0; i < n; i++) {
+            if (!token_char((unsigned char)line[i])) {
+                snprintf(errmsg, len,
+                         "%s: line %d: a token may hold only A-Z a-z 0-9 "
+                         "and -._~+/=",
+                         path, lineno);
+                return -1;
+            }
+        }
+        if (n > TOKENS_MAX_LEN) {
+            snprintf(errmsg, len, "%s: line %d: token longer than %d", path,
+                     lineno, TOKENS_MAX_LEN);
+            return -1;
+        }
+        if (set->n == TOKENS_MAX_COUNT) {
+            snprintf(errmsg, len, "%s: more than %d tokens", path,
+                     TOKENS_MAX_COUNT);
+            return -1;
+        }
+        struct token *t = &set->tok[set->n++];
+        memset(t->bytes, 0, sizeof(t->bytes));
+        memcpy(t->bytes, line, n);
+        t->len = n;
+    }
+    if (set->n == 0) {
+        snprintf(errmsg, len, "%s: no token in the file", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Loads the file into a new set; the caller frees it. */
+static struct set *load_set(const char *path, char *errmsg, size_t len)
+{
+    char *text = malloc(FILE_MAX + 1);
+    struct set *set = malloc(sizeof(*set));
+    int rc = -1;
+    if (text == NULL || set == NULL)
+        snprintf(errmsg, len, "out of memory");
+    else if (read_file(path, text, errmsg, len) == 0)
+        rc = parse(path, text, set, errmsg, len);
+    if (text != NULL) {
+        explicit_bzero(text, FILE_MAX + 1); /* no copies of tokens left about */
+        free(text);
+    }
+    if (rc != 0) {
+        free(set);
+        return NULL;
+    }
+    return set;
+}
+
+struct tokens *tokens_load(const char *path, char *errmsg, size_t len)
+{
+    struct set *set = load_set(path, errmsg, len);
+    if (set == NULL)
+        return NULL;
+    struct tokens *t = calloc(1, sizeof(*t));
+    if (t == NULL) {
+        snprintf(errmsg, len, "out of memory");
+        free(set);
+        return NULL;
+    }
+    t->path = path;
+    pthread_mutex_init(&t->lock, NULL);
+    t->set = *set;
+    explicit_bzero(set, sizeof(*set));
+    free(set);
+    return t;
+}
+
+int tokens_reload(struct tokens *t, char *errmsg, size_t len)
+{
+    struct set *set = load_set(t->path, errmsg, len);
+    if (set == NULL)
+        return -1;
+    pthread_mutex_lock(&t->lock);
+    t->set = *set;
+    pthread_mutex_unlock(&t->lock);
+    explicit_bzero(set, sizeof(*set));
+    free(set);
+    return 0;
+}
+
+/* Equal in time that depends only on the width. */
+static bool same(const struct token *a, const struct token *b)
+{
+    unsigned diff = (unsigned)(a->len ^ b->len);
+    for (size_t i = 0; i < TOKENS_MAX_LEN; i++)
+        diff |= a->bytes[i] ^ b->bytes[i];
+    return diff == 0;
+}
+
+bool tokens_check(struct tokens *t, const char *value, size_t value_len)
+{
+    /* "Bearer" (any case), spaces, the token. */
+    if (value_len < 7 || strncasecmp(value, "bearer", 6) != 0 ||
+        value[6] != ' ')
+        return false;
+    size_t i = 6;
+    while (i < value_len && value[i] == ' ')
+        i++;
+    size_t n = value_len - i;
+    if (n == 0 || n > TOKENS_MAX_LEN)
+        return false;
+    struct token given;
+    memset(given.bytes, 0, sizeof(given.bytes));
+    memcpy(given.bytes, value + i, n);
+    given.len = n;
+    bool match = false;
+    pthread_mutex_lock(&t->lock);
+    for (size_t k = 0; k < t->set.n; k++)
+        match |= same(&given, &t->set.tok[k]);
+    pthread_mutex_unlock(&t->lock);
+    explicit_bzero(given.bytes, sizeof(given.bytes));
+    return match;
+}
+
+size_t tokens_count(struct tokens *t)
+{
+    pthread_mutex_lock(&t->lock);
+    size_t n = t->set.n;
+    pthread_mutex_unlock(&t->lock);
+    return n;
+}
+
+void tokens_free(struct tokens *t)
+{
+    if (t == NULL)
+        return;
+    pthread_mutex_destroy(&t->lock);
+    explicit_bzero(&t->set, sizeof(t->set));
+    free(t);
+}
