@@ -28,8 +28,8 @@ run_suite() {
   else
     meson setup "$dir" -Dwerror=true "${opts[@]}" >/dev/null
   fi || { echo "setup of $dir failed"; failed=$((failed + 1)); return; }
-  if ! meson compile -C "$dir" >"$dir.compile.log" 2>&1; then
-    cat "$dir.compile.log"
+  if ! meson compile -C "$dir" >"$dir/compile.log" 2>&1; then
+    cat "$dir/compile.log"
     echo "build of $dir failed"
     failed=$((failed + 1))
     return
