@@ -51,6 +51,9 @@ static const char usage[] =
     "                       [LEASED_AUTH_TOKEN_FILE]\n"
     "  --socket-mode MODE   octal mode of unix sockets\n"
     "                       [LEASED_SOCKET_MODE; default 0660]\n"
+    "  --metrics-listen ADDR  serve Prometheus metrics on http://ADDR/metrics\n"
+    "                       (HOST:PORT, loopback unless --insecure)\n"
+    "                       [LEASED_METRICS_LISTEN; default off]\n"
     "  --drain-timeout D    on SIGTERM, calls in progress get this long\n"
     "                       before they are cancelled\n"
     "                       [LEASED_DRAIN_TIMEOUT; default 5s]\n"
@@ -139,6 +142,14 @@ static int set_option(struct config *cfg, int opt, const char *val,
         if (addr_check(val, &plaintext_ok, why, sizeof(why)) != 0)
             return fail(errmsg, len, "%s: %s", what, why);
         cfg->listen[cfg->nlisten++] = val;
+        return CONFIG_OK;
+    }
+    case 'm': {
+        bool plaintext_ok;
+        if (addr_check(val, &plaintext_ok, why, sizeof(why)) != 0 ||
+            strncmp(val, "unix:", 5) == 0)
+            return fail(errmsg, len, "%s: want HOST:PORT", what);
+        cfg->metrics_listen = val;
         return CONFIG_OK;
     }
     case 'C':
@@ -266,6 +277,7 @@ static const struct option long_options[] = {
     {"max-connection-idle", required_argument, NULL, 'i'},
     {"max-connection-age", required_argument, NULL, 'a'},
     {"drain-timeout", required_argument, NULL, 'D'},
+    {"metrics-listen", required_argument, NULL, 'm'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -293,6 +305,7 @@ static const struct {
     {"LEASED_MAX_CONNECTION_IDLE", 'i'},
     {"LEASED_MAX_CONNECTION_AGE", 'a'},
     {"LEASED_DRAIN_TIMEOUT", 'D'},
+    {"LEASED_METRICS_LISTEN", 'm'},
 };
 
 /* Options whose flag was not given come from the environment. */
@@ -333,9 +346,9 @@ static int check(const struct config *cfg, char *errmsg, size_t len)
     if (cfg->tls_client_ca != NULL && cfg->tls_cert == NULL)
         return fail(errmsg, len,
                     "--tls-client-ca needs --tls-cert and --tls-key");
+    bool plaintext_ok;
+    char why[200];
     for (size_t i = 0; i < cfg->nlisten; i++) {
-        bool plaintext_ok;
-        char why[200];
         addr_check(cfg->listen[i], &plaintext_ok, why, sizeof(why));
         if (!plaintext_ok && cfg->tls_cert == NULL && !cfg->insecure)
             return fail(errmsg, len,
@@ -343,6 +356,14 @@ static int check(const struct config *cfg, char *errmsg, size_t len)
                         "or a unix socket; give --tls-cert and --tls-key, "
                         "or --insecure",
                         cfg->listen[i]);
+    }
+    if (cfg->metrics_listen != NULL) {
+        addr_check(cfg->metrics_listen, &plaintext_ok, why, sizeof(why));
+        if (!plaintext_ok && !cfg->insecure)
+            return fail(errmsg, len,
+                        "--metrics-listen %s: metrics are plain HTTP, "
+                        "served on loopback only unless --insecure",
+                        cfg->metrics_listen);
     }
     return CONFIG_OK;
 }

@@ -26,6 +26,7 @@ struct config {
     const char *auth_token_file;
     unsigned socket_mode;
     int64_t drain_ns; /* on SIGTERM, calls in progress get this long */
+    const char *metrics_listen; /* HOST:PORT of /metrics; NULL: off */
     struct config_limits {
         int max_streams;        /* concurrent calls per connection */
         int max_metadata_bytes; /* of a call's headers */

@@ -48,8 +48,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "clock.h"
 #include "codec.h"
 #include "log.h"
+#include "metrics.h"
 #include "peers.h"
 
 #define ARMED_PER_METHOD 16
@@ -89,6 +91,9 @@ struct rpc {
     grpc_slice status_details;
     int cancelled;
     struct rpc *next_reply; /* the reply list */
+
+    enum metric_method method; /* for metrics */
+    int64_t accepted_ns;       /* lease calls: when they arrived */
 
     /* Health calls (RPC_HEALTH, RPC_WATCHING). */
     bool watch;                /* Watch rather than Check */
@@ -190,11 +195,14 @@ static void arm(struct frontend *fe, enum rpc_state state, int method)
         return;
     }
     void *registered = NULL;
+    r->method = MM_OTHER;
     if (state == RPC_ARMED) {
         r->req.op = (enum request_op)method;
+        r->method = (enum metric_method)(MM_ACQUIRE + method);
         registered = fe->methods[method];
     } else if (state == RPC_HEALTH) {
         r->watch = method == 1;
+        r->method = r->watch ? MM_HEALTH_WATCH : MM_HEALTH_CHECK;
         registered = fe->health_methods[method];
     }
     grpc_call_error err =
@@ -234,6 +242,10 @@ static void send_reply(struct rpc *r, grpc_status_code code,
         GRPC_SLICE_LENGTH(r->status_details) > 0 ? &r->status_details : NULL;
     ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     ops[n++].data.recv_close_on_server.cancelled = &r->cancelled;
+    metrics_count_request(r->method, (int)code);
+    if (r->accepted_ns != 0)
+        metrics_observe(&metrics.latency[r->method],
+                        (double)(clock_mono_ns() - r->accepted_ns) / 1e9);
     r->state = RPC_SENDING;
     grpc_call_error err = grpc_call_start_batch(r->call, ops, n, r, NULL);
     if (err != GRPC_CALL_OK) {
@@ -283,6 +295,7 @@ static void hand_off(struct frontend *fe, struct rpc *r)
         reply_request(r);
         return;
     }
+    atomic_fetch_add(&metrics.queue_depth, 1);
     r->state = RPC_AT_LOOP;
     r->req.next = NULL;
     pthread_mutex_lock(&fe->lock);
@@ -323,6 +336,7 @@ static void accept_call(struct rpc *r)
 {
     struct frontend *fe = r->fe;
     enum request_op op = r->req.op;
+    r->accepted_ns = clock_mono_ns();
     arm(fe, RPC_ARMED, op);
     if (!admit(r))
         return;
@@ -413,6 +427,7 @@ static void watch_update(struct rpc *r)
         ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
         ops[n++].data.send_status_from_server.status = GRPC_STATUS_OK;
         r->watch_ending = true;
+        metrics_count_request(MM_HEALTH_WATCH, GRPC_STATUS_OK);
     } else {
         return;
     }
@@ -636,6 +651,7 @@ void frontend_reply(struct frontend *fe, struct request *req)
     struct rpc *r = (struct rpc *)req;
     grpc_call *call = r->call;
     atomic_fetch_sub(&fe->pending, 1);
+    atomic_fetch_sub(&metrics.queue_depth, 1);
     r->state = RPC_READY;
     r->next_reply = NULL;
     pthread_mutex_lock(&fe->lock);

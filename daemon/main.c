@@ -23,6 +23,8 @@
 #include "datadir.h"
 #include "frontend.h"
 #include "log.h"
+#include "metrics.h"
+#include "metrics_http.h"
 #include "server.h"
 #include "store.h"
 #include "tls.h"
@@ -36,6 +38,7 @@ struct daemon {
     struct frontend *frontend;
     struct tls *tls;       /* NULL: no TLS */
     struct tokens *tokens; /* NULL: no bearer tokens */
+    struct metrics_http *metrics; /* NULL: no --metrics-listen */
     uv_signal_t sigterm, sigint, sighup;
     bool signals_started;
     bool stopping;
@@ -102,7 +105,7 @@ static void on_sighup(uv_signal_t *h, int signum)
 static void on_signal(uv_signal_t *h, int signum)
 {
     struct daemon *d = h->data;
-    if (d->stopping)
+    if (d->stopping || d->frontend == NULL)
         return;
     d->stopping = true;
     log_info("stopping", "signal=%s", signum == SIGTERM ? "TERM" : "INT");
@@ -165,6 +168,7 @@ int main(int argc, char **argv)
     log_set_level(cfg.log_level);
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit();
+    metrics_init();
 
     struct daemon d = {0};
     if (load_security(&cfg, &d, err, sizeof(err)) != 0) {
@@ -193,6 +197,18 @@ int main(int argc, char **argv)
     }
     server_set_reply(d.server, reply, on_storage, &d);
 
+    /* Signals are ours before the first listener exists: a SIGTERM right
+     * after `listening` drains rather than kills. The loop runs their
+     * callbacks only once it runs, when the frontend is there. */
+    uv_signal_init(loop, &d.sigterm);
+    uv_signal_init(loop, &d.sigint);
+    uv_signal_init(loop, &d.sighup);
+    d.sigterm.data = d.sigint.data = d.sighup.data = &d;
+    uv_signal_start(&d.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&d.sigint, on_signal, SIGINT);
+    uv_signal_start(&d.sighup, on_sighup, SIGHUP);
+    d.signals_started = true;
+
     log_route_grpc();
     grpc_init();
     struct frontend_callbacks cb = {on_requests, on_frontend_stopped, &d};
@@ -206,9 +222,13 @@ int main(int argc, char **argv)
         .limits = &cfg.limits,
         .drain_ns = cfg.drain_ns,
     };
-    d.frontend = frontend_create(loop, &fo, &cb, err, sizeof(err));
+    if (cfg.metrics_listen != NULL)
+        d.metrics = metrics_http_start(cfg.metrics_listen, err, sizeof(err));
+    if (cfg.metrics_listen == NULL || d.metrics != NULL)
+        d.frontend = frontend_create(loop, &fo, &cb, err, sizeof(err));
     if (d.frontend == NULL) {
         log_error("startup_failed", "reason=\"%s\"", err);
+        metrics_http_stop(d.metrics);
         server_close(d.server, on_server_closed, &d);
         uv_run(loop, UV_RUN_DEFAULT);
         uv_loop_close(loop);
@@ -217,15 +237,6 @@ int main(int argc, char **argv)
         tokens_free(d.tokens);
         return 1;
     }
-    uv_signal_init(loop, &d.sigterm);
-    uv_signal_init(loop, &d.sigint);
-    d.sigterm.data = d.sigint.data = &d;
-    uv_signal_start(&d.sigterm, on_signal, SIGTERM);
-    uv_signal_start(&d.sigint, on_signal, SIGINT);
-    uv_signal_init(loop, &d.sighup);
-    d.sighup.data = &d;
-    uv_signal_start(&d.sighup, on_sighup, SIGHUP);
-    d.signals_started = true;
     log_info("started", "version=%s data_dir=%s ttl_ms=%lld pid=%ld",
              LEASED_VERSION, cfg.data_dir, (long long)(cfg.ttl_ns / 1000000),
              (long)getpid());
@@ -233,6 +244,7 @@ int main(int argc, char **argv)
     uv_run(loop, UV_RUN_DEFAULT);
 
     uv_loop_close(loop);
+    metrics_http_stop(d.metrics);
     /* grpc_shutdown() may leave gRPC's threads to finish after we exit;
      * wait for them, so that the process ends with nothing running. */
     grpc_shutdown_blocking();

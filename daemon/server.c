@@ -42,11 +42,14 @@
 #include "clock.h"
 #include "engine.h"
 #include "log.h"
+#include "metrics.h"
 #include "store.h"
 
 #define MAX_BATCH 4096
 #define GC_MAX 1024
 #define GC_INTERVAL_MS 1000
+#define CENSUS_BUCKETS 65536 /* looked at per tick for leases_live */
+#define CLOCK_STEP_NS INT64_C(1000000000) /* wall clock jumps logged */
 
 struct server {
     uv_loop_t *loop;
@@ -65,6 +68,7 @@ struct server {
     struct engine_change *chgs; /* MAX_BATCH + GC_MAX */
     size_t nchgs;
     bool durable; /* the batch changed an owner */
+    int64_t batch_now_ns; /* when it was decided */
     int commit_err;
     int64_t commit_ns; /* how long store_apply took */
     char commit_errmsg[256];
@@ -154,6 +158,7 @@ static void set_failing(struct server *s, bool failing)
     if (s->storage_failing == failing)
         return;
     s->storage_failing = failing;
+    atomic_store(&metrics.storage_failing, failing);
     if (s->storage != NULL)
         s->storage(s->reply_arg, !failing);
 }
@@ -208,6 +213,7 @@ static void sync_done(uv_work_t *w, int status)
     s->syncing = false;
     if (ok) {
         log_debug("synced", "sync_us=%lld", (long long)(s->sync_ns / 1000));
+        metrics_observe(&metrics.fsync_seconds, (double)s->sync_ns / 1e9);
     } else {
         log_warn("sync_failed", "error=\"%s\"",
                  strerror(s->sync_errno != 0 ? s->sync_errno : EIO));
@@ -235,6 +241,26 @@ static void sync_done(uv_work_t *w, int status)
         maybe_finish_close(s);
 }
 
+/* Counts what a committed change did: a takeover (new token), the expiry
+ * of the lease it replaced or collected, a reclaim (renewed after expiry,
+ * nobody took over). */
+static void count_change(const struct server *s, const struct engine_change *c)
+{
+    bool was_held = c->has_before && c->before.owner_len > 0;
+    if (c->kind == ENGINE_DELETE) {
+        if (was_held)
+            atomic_fetch_add(&metrics.expiries, 1);
+        return;
+    }
+    if (!c->has_before || c->after.token != c->before.token) {
+        atomic_fetch_add(&metrics.takeovers, 1);
+        if (was_held)
+            atomic_fetch_add(&metrics.expiries, 1);
+    } else if (was_held && c->before.expiry_ns <= s->batch_now_ns) {
+        atomic_fetch_add(&metrics.reclaims, 1);
+    }
+}
+
 static void commit_done(uv_work_t *w, int status)
 {
     struct server *s = w->data;
@@ -244,8 +270,12 @@ static void commit_done(uv_work_t *w, int status)
         log_debug("committed", "changes=%zu durable=%d commit_us=%lld",
                   s->nchgs, (int)s->durable,
                   (long long)(s->commit_ns / 1000));
-        for (size_t i = 0; i < s->nchgs; i++)
+        metrics_observe(&metrics.batch_changes, (double)s->nchgs);
+        metrics_observe(&metrics.commit_seconds, (double)s->commit_ns / 1e9);
+        for (size_t i = 0; i < s->nchgs; i++) {
+            count_change(s, &s->chgs[i]);
             engine_finish(s->engine, &s->chgs[i], true);
+        }
         if (s->storage_failing)
             log_info("storage_recovered", NULL);
         set_failing(s, false);
@@ -298,6 +328,7 @@ static void process(struct server *s)
         int64_t now_ns = clock_now_ns(&s->clock);
         s->nchgs = 0;
         s->durable = false;
+        s->batch_now_ns = now_ns;
         if (s->gc_due) { /* first in the batch: see engine.h */
             s->gc_due = false;
             s->nchgs = engine_collect(s->engine, now_ns, s->chgs, GC_MAX);
@@ -351,11 +382,29 @@ static void lower_quarantine_ttl(struct server *s, int64_t now_ns)
     s->quarantine_ttl_ns = s->ttl_ns;
 }
 
+/* The gauges that change with time alone, and a look at the wall clock. */
+static void update_gauges(struct server *s, int64_t now_ns)
+{
+    int64_t q = engine_quarantine_end(s->engine) - now_ns;
+    atomic_store(&metrics.quarantine_remaining_ms, q > 0 ? q / 1000000 : 0);
+    atomic_store(&metrics.lease_entries, (int64_t)engine_count(s->engine));
+    size_t live;
+    if (engine_census(s->engine, now_ns, CENSUS_BUCKETS, &live))
+        atomic_store(&metrics.leases_live, (int64_t)live);
+    int64_t step = clock_step_ns(&s->clock);
+    if (step > CLOCK_STEP_NS || step < -CLOCK_STEP_NS) {
+        atomic_fetch_add(&metrics.clock_steps, 1);
+        log_warn("clock_step", "by_ms=%lld", (long long)(step / 1000000));
+    }
+}
+
 static void on_gc_timer(uv_timer_t *t)
 {
     struct server *s = t->data;
+    int64_t now_ns = clock_now_ns(&s->clock);
+    update_gauges(s, now_ns);
     if (!s->committing) /* the store is the loop's now */
-        lower_quarantine_ttl(s, clock_now_ns(&s->clock));
+        lower_quarantine_ttl(s, now_ns);
     s->gc_due = true;
     process(s);
 }
@@ -401,6 +450,7 @@ struct server *server_create(uv_loop_t *loop, struct store *store,
     log_info("loaded", "leases=%zu token_floor=%llu quarantine_ms=%lld",
              engine_count(s->engine), (unsigned long long)floor,
              (long long)(s->quarantine_ttl_ns / 1000000));
+    update_gauges(s, start_ns);
     uv_timer_init(loop, &s->gc_timer);
     s->gc_timer.data = s;
     uv_timer_start(&s->gc_timer, on_gc_timer, GC_INTERVAL_MS, GC_INTERVAL_MS);

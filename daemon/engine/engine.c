@@ -40,6 +40,7 @@ struct engine {
     size_t nbuckets; /* a power of two */
     size_t count;
     size_t gc_cursor; /* next bucket engine_collect looks at */
+    size_t census_cursor, census_live; /* engine_census's pass so far */
     int64_t ttl_ns;
     int64_t quarantine_end_ns;
     uint64_t floor;
@@ -133,6 +134,7 @@ static void maybe_grow(struct engine *e)
     free(e->buckets);
     e->buckets = b;
     e->nbuckets = n;
+    e->census_cursor = e->census_live = 0; /* the pass starts again */
 }
 
 static void insert(struct engine *e, struct engine_entry *en)
@@ -396,6 +398,22 @@ size_t engine_collect(struct engine *e, int64_t now_ns,
         }
     }
     return n;
+}
+
+bool engine_census(struct engine *e, int64_t now_ns, size_t max,
+                   size_t *live)
+{
+    for (size_t seen = 0; seen < max; seen++) {
+        if (e->census_cursor == e->nbuckets) {
+            *live = e->census_live;
+            e->census_cursor = e->census_live = 0;
+            return true;
+        }
+        for (const struct engine_entry *en = e->buckets[e->census_cursor++];
+             en != NULL; en = en->next)
+            e->census_live += is_live(e, en, now_ns);
+    }
+    return false;
 }
 
 void engine_finish(struct engine *e, struct engine_change *chg,

@@ -146,6 +146,13 @@ int engine_release(struct engine *e,
 size_t engine_collect(struct engine *e, int64_t now_ns,
                       struct engine_change *chgs, size_t max);
 
+/* Counts live leases (held, and not expired or still quarantined) a slice
+ * at a time: looks at up to max hash buckets, resuming where the last call
+ * stopped. When a call completes a pass over the table it sets *live to
+ * that pass's count and returns true. */
+bool engine_census(struct engine *e, int64_t now_ns, size_t max,
+                   size_t *live);
+
 /* Finishes a change: committed, its leftovers are freed; otherwise it is
  * undone. Undo changes in the reverse order of their making. */
 void engine_finish(struct engine *e, struct engine_change *chg,

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 import traceback
+import urllib.request
 
 import grpc
 
@@ -133,6 +134,24 @@ class Leased:
             return rc, self.log_text()
         finally:
             self.__exit__(None, None, None)
+
+    def metrics(self):
+        """Scrapes /metrics (leased must run with --metrics-listen) and
+        parses it with prometheus_client's parser: {(name, ((label,
+        value), ...)): value} for every sample."""
+        from prometheus_client.parser import text_string_to_metric_families
+        addr = self.wait_log(r"msg=metrics_listening addr=(\S+)").group(1)
+        with urllib.request.urlopen("http://%s/metrics" % addr,
+                                    timeout=5) as r:
+            assert r.status == 200
+            assert r.headers["Content-Type"].startswith("text/plain; "
+                                                        "version=0.0.4")
+            text = r.read().decode()
+        out = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+        return out
 
     def log_text(self):
         with open(self.log_path) as f:

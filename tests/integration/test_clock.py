@@ -36,7 +36,8 @@ def stepped_daemon():
         "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
                         ":verify_asan_link_order=0",
     }
-    d = harness.Leased(ttl="1s", env=env)
+    d = harness.Leased(ttl="1s", env=env,
+                       args=["--metrics-listen", "127.0.0.1:0"])
     d.rc_path = rc.name
     return d
 
@@ -61,6 +62,22 @@ def test_forward_step_does_not_expire_leases():
         assert r.expiry.seconds - a.expiry.seconds < 60, (a.expiry, r.expiry)
         fresh = c.acquire("t", "A")
         assert abs(fresh.expiry.seconds - (time.time() + TTL)) < 30, fresh
+
+
+def test_steps_are_logged_and_counted():
+    with stepped_daemon() as d:
+        steps = ("leased_clock_steps_total", ())
+        assert d.metrics()[steps] == 0
+        step(d, "+1h")
+        by = d.wait_log(r"level=warn msg=clock_step by_ms=(\d+)").group(1)
+        assert abs(int(by) - 3600000) < 1000, by
+        step(d, "+0")
+        by = d.wait_log(r"level=warn msg=clock_step by_ms=(-\d+)").group(1)
+        assert abs(int(by) + 3600000) < 1000, by
+        assert d.metrics()[steps] == 2
+        time.sleep(1.5)  # no step since: nothing more counted
+        assert d.metrics()[steps] == 2
+        assert d.log_text().count("msg=clock_step") == 2
 
 
 def test_backward_step_does_not_extend_leases():

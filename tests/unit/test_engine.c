@@ -3,6 +3,7 @@
  * t=31 B acquires -> token 2". Every change is committed at once unless a
  * case says otherwise, and the invariants are checked after each step.
  */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "check.h"
@@ -319,6 +320,36 @@ TEST(many_sessions_grow_the_table)
     teardown();
 }
 
+/* Runs census passes of max buckets until one completes; returns its
+ * count. */
+static size_t census(int64_t t, size_t max)
+{
+    size_t live = 0, calls = 0;
+    while (!engine_census(E, T0 + t * S, max, &live))
+        CHECK(++calls < 100000);
+    return live;
+}
+
+TEST(census_counts_live_leases_a_slice_at_a_time)
+{
+    setup();
+    char name[32];
+    for (int i = 0; i < 3000; i++) { /* the table grows on the way */
+        snprintf(name, sizeof(name), "c%d", i);
+        CHECK_EQ_I64(acq(0, name, "A", NULL), ENGINE_OK);
+    }
+    CHECK_EQ_I64(census(1, 100000), 3000);
+    CHECK_EQ_I64(census(1, 7), 3000); /* in many small slices */
+    struct engine_grant g;
+    CHECK_EQ_I64(acq(0, "late", "B", &g), ENGINE_OK);
+    CHECK_EQ_I64(rel("c0", "A", 1), ENGINE_OK);
+    CHECK_EQ_I64(census(10, 64), 3000); /* one released, one added */
+    CHECK_EQ_I64(acq(20, "later", "B", NULL), ENGINE_OK);
+    /* At t=35 the first 3000 (expiring at 30) are over, "later" is not. */
+    CHECK_EQ_I64(census(35, 1000), 1);
+    teardown();
+}
+
 CHECK_MAIN(first_takeover_gets_token_one, other_owner_held_until_expiry,
            same_owner_reacquire_keeps_token,
            renew_keeps_token_and_moves_expiry_strictly,
@@ -329,4 +360,5 @@ CHECK_MAIN(first_takeover_gets_token_one, other_owner_held_until_expiry,
            quarantine_holds_loaded_leases_for_a_ttl,
            quarantined_owner_can_renew, undo_restores_every_kind_of_change,
            collect_keeps_tokens_rising, collect_undo_puts_entry_back,
-           many_sessions_grow_the_table)
+           many_sessions_grow_the_table,
+           census_counts_live_leases_a_slice_at_a_time)
