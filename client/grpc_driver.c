@@ -4,10 +4,8 @@
  * and protobuf-c. Each call has its own completion queue, so one client
  * serves any number of threads at once.
  */
-#include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
-#include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +14,7 @@
 #include "client.h"
 #include "lease.h"
 #include "mecatl/driver/v1/session_lease.pb-c.h"
+#include "unary.h"
 
 #define DEFAULT_TIMEOUT_MS 5000
 
@@ -51,88 +50,18 @@ static int call(struct driver *d, enum method m, const ProtobufCMessage *req,
                 const ProtobufCMessageDescriptor *desc,
                 ProtobufCMessage **resp, char *errmsg, size_t len)
 {
-    *resp = NULL;
-    size_t n = protobuf_c_message_get_packed_size(req);
-    grpc_slice body = grpc_slice_malloc(n);
-    protobuf_c_message_pack(req, GRPC_SLICE_START_PTR(body));
-    grpc_byte_buffer *send = grpc_raw_byte_buffer_create(&body, 1);
-    grpc_slice_unref(body);
-
-    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
     gpr_timespec deadline =
         gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                      gpr_time_from_millis(d->timeout_ms, GPR_TIMESPAN));
-    grpc_slice method = grpc_slice_from_static_string(d->paths[m]);
-    grpc_call *c = grpc_channel_create_call(d->channel, NULL,
-                                            GRPC_PROPAGATE_DEFAULTS, cq,
-                                            method, NULL, deadline, NULL);
-    grpc_metadata_array initial, trailing;
-    grpc_metadata_array_init(&initial);
-    grpc_metadata_array_init(&trailing);
-    grpc_byte_buffer *recv = NULL;
-    grpc_status_code status = GRPC_STATUS_UNKNOWN;
-    grpc_slice details = grpc_empty_slice();
-
-    grpc_op ops[6];
-    memset(ops, 0, sizeof(ops));
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = send;
-    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial;
-    ops[4].op = GRPC_OP_RECV_MESSAGE;
-    ops[4].data.recv_message.recv_message = &recv;
-    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[5].data.recv_status_on_client.trailing_metadata = &trailing;
-    ops[5].data.recv_status_on_client.status = &status;
-    ops[5].data.recv_status_on_client.status_details = &details;
-
-    int err;
-    if (grpc_call_start_batch(c, ops, 6, c, NULL) != GRPC_CALL_OK) {
-        snprintf(errmsg, len, "cannot start the call");
-        err = LEASE_EUNAVAILABLE;
-    } else {
-        grpc_completion_queue_pluck(cq, c, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                    NULL);
-        err = status_error(status);
-        if (err != LEASE_OK) {
-            char *text = grpc_slice_to_c_string(details);
-            snprintf(errmsg, len, "%s (gRPC status %d)",
-                     text[0] != '\0' ? text : lease_strerror(err),
-                     (int)status);
-            gpr_free(text);
-        } else if (recv == NULL) {
-            snprintf(errmsg, len, "no reply message");
-            err = LEASE_EUNAVAILABLE;
-        } else {
-            grpc_byte_buffer_reader reader;
-            grpc_byte_buffer_reader_init(&reader, recv);
-            grpc_slice all = grpc_byte_buffer_reader_readall(&reader);
-            grpc_byte_buffer_reader_destroy(&reader);
-            *resp = protobuf_c_message_unpack(desc, NULL,
-                                              GRPC_SLICE_LENGTH(all),
-                                              GRPC_SLICE_START_PTR(all));
-            grpc_slice_unref(all);
-            if (*resp == NULL) {
-                snprintf(errmsg, len, "malformed reply");
-                err = LEASE_EUNAVAILABLE;
-            }
-        }
-    }
-    grpc_slice_unref(details);
-    grpc_metadata_array_destroy(&initial);
-    grpc_metadata_array_destroy(&trailing);
-    grpc_byte_buffer_destroy(send);
-    grpc_byte_buffer_destroy(recv);
-    grpc_call_unref(c);
-    grpc_completion_queue_shutdown(cq);
-    while (grpc_completion_queue_pluck(cq, NULL,
-                                       gpr_inf_future(GPR_CLOCK_REALTIME),
-                                       NULL)
-               .type != GRPC_QUEUE_SHUTDOWN)
-        ;
-    grpc_completion_queue_destroy(cq);
+    char details[256];
+    grpc_status_code status = unary_call(d->channel, d->paths[m], req, desc,
+                                         deadline, resp, details,
+                                         sizeof(details));
+    int err = status_error(status);
+    if (err != LEASE_OK)
+        snprintf(errmsg, len, "%s (gRPC status %d)",
+                 details[0] != '\0' ? details : lease_strerror(err),
+                 (int)status);
     return err;
 }
 

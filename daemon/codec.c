@@ -109,8 +109,8 @@ size_t codec_encode_reply(const struct request *req, uint8_t *buf,
     Leased__Codec__V1__WireLeaseResponse resp =
         LEASED__CODEC__V1__WIRE_LEASE_RESPONSE__INIT;
     resp.lease = &lease;
-    size_t n = leased__codec__v1__wire_lease_response__get_packed_size(&resp);
-    assert(n <= cap);
+    assert(leased__codec__v1__wire_lease_response__get_packed_size(&resp) <=
+           cap);
     (void)cap;
     return leased__codec__v1__wire_lease_response__pack(&resp, buf);
 }

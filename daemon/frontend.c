@@ -31,14 +31,10 @@
  */
 #include "frontend.h"
 
-#include <errno.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
-#include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
-#include <libgen.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -46,18 +42,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "clock.h"
 #include "codec.h"
+#include "listeners.h"
 #include "log.h"
 #include "metrics.h"
 #include "peers.h"
 
 #define ARMED_PER_METHOD 16
 #define ARMED_UNKNOWN 2
-#define MAX_RECEIVE_BYTES (64 * 1024)
-#define AGE_GRACE_MS 10000 /* for calls on a connection past its age */
 #define NMETHODS 3
 #define ARMED_HEALTH 2 /* per health method */
 
@@ -699,105 +693,6 @@ void frontend_destroy(struct frontend *fe)
     uv_close((uv_handle_t *)&fe->async, on_close);
 }
 
-/* Logs the address clients can use: with the real port when it was 0. */
-static void log_listening(const char *addr, int port, bool tls)
-{
-    const char *colon = strrchr(addr, ':');
-    if (strncmp(addr, "unix:", 5) == 0)
-        log_info("listening", "addr=%s tls=0", addr);
-    else
-        log_info("listening", "addr=%.*s:%d tls=%d", (int)(colon - addr),
-                 addr, port, (int)tls);
-}
-
-/* A unix socket's directory must exist and must not let others replace
- * the socket: no group or other write unless sticky (like /tmp). */
-static int check_socket_dir(const char *addr, char *errmsg, size_t len)
-{
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s", addr + 5);
-    struct stat st;
-    const char *d = dirname(dir);
-    if (stat(d, &st) != 0) {
-        snprintf(errmsg, len, "%s: socket directory %s: %s", addr, d,
-                 strerror(errno));
-        return -1;
-    }
-    if (!S_ISDIR(st.st_mode) ||
-        ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 &&
-         (st.st_mode & S_ISVTX) == 0)) {
-        snprintf(errmsg, len,
-                 "%s: socket directory %s is %s; want one only its owner "
-                 "can write (or sticky, like /tmp)",
-                 addr, d,
-                 S_ISDIR(st.st_mode) ? "writable by group or others"
-                                     : "not a directory");
-        return -1;
-    }
-    return 0;
-}
-
-/* Binds one address: a unix socket plaintext, created with the socket
- * mode from the first moment (umask); TCP with TLS when configured.
- * Returns the port (> 0), or 0 with errmsg set. */
-static int bind_one(struct frontend *fe, const struct frontend_options *o,
-                    const char *addr, char *errmsg, size_t len)
-{
-    bool unix_socket = strncmp(addr, "unix:", 5) == 0;
-    if (unix_socket && check_socket_dir(addr, errmsg, len) != 0)
-        return 0;
-    grpc_server_credentials *creds =
-        !unix_socket && o->tls != NULL
-            ? tls_server_credentials(o->tls)
-            : grpc_insecure_server_credentials_create();
-    if (creds == NULL) {
-        snprintf(errmsg, len, "%s: cannot create TLS credentials", addr);
-        return 0;
-    }
-    mode_t old_umask = 0;
-    if (unix_socket)
-        old_umask = umask(0777 & ~o->socket_mode);
-    int port = grpc_server_add_http2_port(fe->server, addr, creds);
-    if (unix_socket)
-        umask(old_umask);
-    grpc_server_credentials_release(creds);
-    if (port <= 0)
-        snprintf(errmsg, len, "cannot listen on %s", addr);
-    return port > 0 ? port : 0;
-}
-
-/* Binds every address and starts the server. Returns 0, or -1 with errmsg
- * set. */
-static int bind_and_start(struct frontend *fe,
-                          const struct frontend_options *o, char *errmsg,
-                          size_t len)
-{
-    int *ports = calloc(o->nlisten, sizeof(*ports));
-    if (ports == NULL) {
-        snprintf(errmsg, len, "out of memory");
-        return -1;
-    }
-    int rc = 0;
-    for (size_t i = 0; i < o->nlisten && rc == 0; i++) {
-        ports[i] = bind_one(fe, o, o->listen[i], errmsg, len);
-        rc = ports[i] > 0 ? 0 : -1;
-    }
-    if (rc == 0)
-        grpc_server_start(fe->server);
-    for (size_t i = 0; i < o->nlisten && rc == 0; i++)
-        log_listening(o->listen[i], ports[i],
-                      o->tls != NULL && strncmp(o->listen[i], "unix:", 5));
-    free(ports);
-    return rc;
-}
-
-static grpc_arg int_arg(const char *key, int value)
-{
-    grpc_arg a = {.type = GRPC_ARG_INTEGER, .key = (char *)key};
-    a.value.integer = value;
-    return a;
-}
-
 struct frontend *frontend_create(uv_loop_t *loop,
                                  const struct frontend_options *opts,
                                  const struct frontend_callbacks *cb,
@@ -818,31 +713,7 @@ struct frontend *frontend_create(uv_loop_t *loop,
     fe->cb = *cb;
     pthread_mutex_init(&fe->lock, NULL);
 
-    const struct config_limits *l = opts->limits;
-    const int64_t ns_per_ms = 1000000;
-    grpc_arg args[] = {
-        int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, MAX_RECEIVE_BYTES),
-        /* gRPC binds with SO_REUSEPORT by default, so a second daemon on
-         * the same port would silently share it and split the clients
-         * between two lease tables. An address in use must fail. */
-        int_arg(GRPC_ARG_ALLOW_REUSEPORT, 0),
-        int_arg(GRPC_ARG_MAX_CONCURRENT_STREAMS, l->max_streams),
-        int_arg(GRPC_ARG_MAX_METADATA_SIZE, l->max_metadata_bytes),
-        int_arg(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-                (int)(l->keepalive_min_ns / ns_per_ms)),
-        int_arg(GRPC_ARG_HTTP2_MAX_PING_STRIKES, l->max_ping_strikes),
-        int_arg(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-                (int)(l->handshake_timeout_ns / ns_per_ms)),
-        int_arg(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
-                l->max_idle_ns > 0 ? (int)(l->max_idle_ns / ns_per_ms)
-                                   : INT_MAX),
-        int_arg(GRPC_ARG_MAX_CONNECTION_AGE_MS,
-                l->max_age_ns > 0 ? (int)(l->max_age_ns / ns_per_ms)
-                                  : INT_MAX),
-        int_arg(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, AGE_GRACE_MS),
-    };
-    grpc_channel_args chargs = {sizeof(args) / sizeof(args[0]), args};
-    fe->server = grpc_server_create(&chargs, NULL);
+    fe->server = listeners_server_create(opts->limits);
     fe->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(fe->server, fe->cq, NULL);
     for (int op = 0; op < NMETHODS; op++) {
@@ -859,7 +730,7 @@ struct frontend *frontend_create(uv_loop_t *loop,
             fe->server, path, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
             0);
     }
-    if (bind_and_start(fe, opts, errmsg, errmsg_len) != 0) {
+    if (listeners_bind(fe->server, opts, errmsg, errmsg_len) != 0) {
         grpc_server_destroy(fe->server);
         grpc_completion_queue_shutdown(fe->cq);
         while (grpc_completion_queue_next(

@@ -8,7 +8,7 @@ packages=(
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libprotobuf-dev protobuf-compiler
   libuv1-dev libsqlite3-dev libhiredis-dev libssl-dev openssl
-  libmicrohttpd-dev python3-prometheus-client
+  libmicrohttpd-dev python3-prometheus-client systemd
   python3 python3-grpcio python3-protobuf libfaketime valgrind strace
 )
 

@@ -3,12 +3,17 @@ real leased: SERVING while storage works, NOT_SERVING while it fails and
 once a SIGTERM began the drain; the drain answers every call in progress
 and exits 0.
 """
+import os
+import shutil
 import signal
+import subprocess
+import tempfile
 import threading
 import time
 
 import grpc
 
+import certs
 import harness
 from harness import Leased, expect_code, status_of
 
@@ -140,6 +145,39 @@ def test_drain_timeout_cancels_what_is_left():
         assert d.proc.wait(timeout=15) == 0, d.log_text()
         assert "msg=cancelling_calls after_ms=500" in d.log_text()
         stream.cancel()
+
+
+def probe(*args, env=None):
+    p = subprocess.run([os.environ["LEASED_PROBE_BIN"]] + list(args),
+                       capture_output=True, text=True, timeout=20,
+                       env=dict(os.environ, **(env or {})))
+    return p.returncode, p.stdout.strip()
+
+
+def test_probe_says_serving_or_not():
+    with Leased(token="tok") as d:  # health needs no token
+        assert probe(d.addr) == (0, d.addr + " SERVING")
+        assert probe(env={"LEASED_LISTEN": d.addr + ",unix:/x"}) == \
+            (0, d.addr + " SERVING")
+        with harness.WriteLock(d.db_path):
+            status_of(d.client().acquire, "s", "alice")
+            assert probe(d.addr) == (1, d.addr + " NOT_SERVING")
+        addr = d.addr
+    assert probe(addr, "--timeout", "300ms") == (1, addr + " UNREACHABLE")
+    assert probe("--bogus")[0] == 2
+
+
+def test_probe_over_tls_and_a_unix_socket():
+    tmp = tempfile.mkdtemp(prefix="leased-probe-")
+    try:
+        c = certs.make(os.path.join(tmp, "certs"))
+        sock = "unix:" + os.path.join(tmp, "s.sock")
+        with Leased(tls=c, args=["--listen", sock]) as d:
+            assert probe(d.addr, "--tls-ca", c.path("ca.pem"))[0] == 0
+            assert probe(d.addr)[0] == 1  # plaintext to a TLS port
+            assert probe(sock) == (0, sock + " SERVING")
+    finally:
+        shutil.rmtree(tmp, True)
 
 
 harness.main(globals())

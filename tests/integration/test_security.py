@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import tempfile
@@ -61,6 +62,28 @@ def test_plaintext_client_to_tls_port_fails():
         assert acquire_status(c) == UNAVAILABLE
         # The daemon is still serving TLS clients.
         assert acquire_status(tls_client(d)) == OK
+
+
+def test_garbage_and_http1_on_the_tls_port_keep_it_serving():
+    with Leased(tls=CERTS) as d:
+        c = tls_client(d)
+        lease = c.acquire("g", "alice")
+        host, port = d.addr.rsplit(":", 1)
+        for junk in [b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+                     b"\x16\x03\x01\x00\x05hello" + b"\xff" * 512,
+                     b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"]:
+            s = socket.create_connection((host, int(port)), timeout=5)
+            try:
+                s.sendall(junk)
+                try:
+                    s.recv(1024)
+                except (socket.timeout, ConnectionError):
+                    pass
+            finally:
+                s.close()
+        assert c.renew(lease).token == lease.token
+        assert acquire_status(tls_client(d), "g2") == OK
+        assert d.proc.poll() is None
 
 
 def test_client_not_trusting_the_server_fails():

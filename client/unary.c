@@ -1,0 +1,88 @@
+/* A blocking unary gRPC call (see unary.h). */
+#include "unary.h"
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/support/alloc.h>
+#include <stdio.h>
+#include <string.h>
+
+grpc_status_code unary_call(grpc_channel *ch, const char *path,
+                            const ProtobufCMessage *req,
+                            const ProtobufCMessageDescriptor *desc,
+                            gpr_timespec deadline, ProtobufCMessage **resp,
+                            char *details, size_t details_len)
+{
+    *resp = NULL;
+    size_t n = protobuf_c_message_get_packed_size(req);
+    grpc_slice body = grpc_slice_malloc(n);
+    protobuf_c_message_pack(req, GRPC_SLICE_START_PTR(body));
+    grpc_byte_buffer *send = grpc_raw_byte_buffer_create(&body, 1);
+    grpc_slice_unref(body);
+
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+    grpc_call *c = grpc_channel_create_call(
+        ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
+        grpc_slice_from_static_string(path), NULL, deadline, NULL);
+    grpc_metadata_array initial, trailing;
+    grpc_metadata_array_init(&initial);
+    grpc_metadata_array_init(&trailing);
+    grpc_byte_buffer *recv = NULL;
+    grpc_status_code status = GRPC_STATUS_UNKNOWN;
+    grpc_slice text = grpc_empty_slice();
+
+    grpc_op ops[6];
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = send;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial;
+    ops[4].op = GRPC_OP_RECV_MESSAGE;
+    ops[4].data.recv_message.recv_message = &recv;
+    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[5].data.recv_status_on_client.trailing_metadata = &trailing;
+    ops[5].data.recv_status_on_client.status = &status;
+    ops[5].data.recv_status_on_client.status_details = &text;
+
+    if (grpc_call_start_batch(c, ops, 6, c, NULL) != GRPC_CALL_OK) {
+        status = GRPC_STATUS_UNAVAILABLE;
+        snprintf(details, details_len, "cannot start the call");
+    } else {
+        grpc_completion_queue_pluck(cq, c, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                    NULL);
+        char *t = grpc_slice_to_c_string(text);
+        snprintf(details, details_len, "%s", t);
+        gpr_free(t);
+    }
+    if (status == GRPC_STATUS_OK) {
+        grpc_byte_buffer_reader reader;
+        if (recv != NULL && grpc_byte_buffer_reader_init(&reader, recv)) {
+            grpc_slice all = grpc_byte_buffer_reader_readall(&reader);
+            grpc_byte_buffer_reader_destroy(&reader);
+            *resp = protobuf_c_message_unpack(desc, NULL,
+                                              GRPC_SLICE_LENGTH(all),
+                                              GRPC_SLICE_START_PTR(all));
+            grpc_slice_unref(all);
+        }
+        if (*resp == NULL) {
+            status = GRPC_STATUS_INTERNAL;
+            snprintf(details, details_len, "%s reply",
+                     recv == NULL ? "no" : "malformed");
+        }
+    }
+    grpc_slice_unref(text);
+    grpc_metadata_array_destroy(&initial);
+    grpc_metadata_array_destroy(&trailing);
+    grpc_byte_buffer_destroy(send);
+    grpc_byte_buffer_destroy(recv);
+    grpc_call_unref(c);
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_pluck(cq, NULL,
+                                       gpr_inf_future(GPR_CLOCK_REALTIME),
+                                       NULL)
+               .type != GRPC_QUEUE_SHUTDOWN)
+        ;
+    grpc_completion_queue_destroy(cq);
+    return status;
+}

@@ -1,0 +1,25 @@
+/*
+ * One blocking unary gRPC call with protobuf-c messages: what liblease's
+ * gRPC driver and leased-probe both need. Internal (not in lease.h).
+ */
+#ifndef LEASED_UNARY_H
+#define LEASED_UNARY_H
+
+#include <grpc/grpc.h>
+#include <grpc/support/time.h>
+#include <protobuf-c/protobuf-c.h>
+#include <stddef.h>
+
+/* Calls path on ch with the message req and waits until the call ends or
+ * deadline (on its own completion queue, so any number of threads may
+ * call at once). On GRPC_STATUS_OK, *resp is the reply unpacked with desc
+ * (free it with protobuf_c_message_free_unpacked); a reply that is
+ * missing or does not decode gives GRPC_STATUS_INTERNAL and *resp NULL.
+ * details (details_len bytes) gets the status text, "" when none. */
+grpc_status_code unary_call(grpc_channel *ch, const char *path,
+                            const ProtobufCMessage *req,
+                            const ProtobufCMessageDescriptor *desc,
+                            gpr_timespec deadline, ProtobufCMessage **resp,
+                            char *details, size_t details_len);
+
+#endif
