@@ -93,13 +93,30 @@ struct lease_grpc_options {
     /* Deadline of each call; 0 means 5000 ms. On expiry a call returns
      * LEASE_EDEADLINE (outcome unknown). */
     int64_t timeout_ms;
+    /* TLS (1.2+): a PEM file of the CA certificates that signed the
+     * server's; NULL for plaintext. */
+    const char *tls_ca_file;
+    /* A client certificate and its key (PEM files), for a server that
+     * asks for one (mutual TLS); both or neither, with tls_ca_file. */
+    const char *tls_cert_file, *tls_key_file;
+    /* The name to check the server's certificate against, when it is not
+     * the target's host; NULL: the host. */
+    const char *tls_server_name;
+    /* A bearer token sent with every call (`authorization: Bearer …`);
+     * NULL for none. Characters as in RFC 6750: A-Z a-z 0-9 -._~+/= */
+    const char *token;
 };
 
-/* Opens a client to the lease service at target: "HOST:PORT" with HOST a
- * loopback address (127.0.0.0/8, [::1], localhost), or "unix:/PATH".
- * Plaintext only, so any other host is refused with LEASE_EINVAL. opts
- * may be NULL. Connects lazily: an unreachable server shows as
- * LEASE_EUNAVAILABLE (or LEASE_EDEADLINE) on the first call. */
+/* Opens a client to the lease service at target: "HOST:PORT" or
+ * "unix:/PATH", or several separated by commas ("a:7443,b:7443"): a call
+ * that finds one unavailable (gRPC UNAVAILABLE: not reachable, draining)
+ * is tried on the next, and the client stays with the one that answered;
+ * leased's calls are safe to repeat. Plaintext (no tls_ca_file) only to
+ * loopback (127.0.0.0/8, [::1], localhost) or unix sockets, as Mecatl's
+ * own client: any other host is refused with LEASE_EINVAL. opts may be
+ * NULL; its strings are read during the call only. Connects lazily: an
+ * unreachable server shows as LEASE_EUNAVAILABLE (or LEASE_EDEADLINE) on
+ * the first call. */
 int lease_grpc_open(const char *target, const struct lease_grpc_options *opts,
                     struct lease_client **out);
 

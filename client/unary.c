@@ -7,6 +7,7 @@
 #include <string.h>
 
 grpc_status_code unary_call(grpc_channel *ch, const char *path,
+                            const grpc_metadata *md, size_t nmd,
                             const ProtobufCMessage *req,
                             const ProtobufCMessageDescriptor *desc,
                             gpr_timespec deadline, ProtobufCMessage **resp,
@@ -33,6 +34,8 @@ grpc_status_code unary_call(grpc_channel *ch, const char *path,
     grpc_op ops[6];
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].data.send_initial_metadata.count = nmd;
+    ops[0].data.send_initial_metadata.metadata = (grpc_metadata *)md;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = send;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;

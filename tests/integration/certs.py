@@ -73,3 +73,8 @@ def make(directory):
         if name.endswith(".key"):
             os.chmod(os.path.join(directory, name), 0o600)
     return Certs(directory)
+
+
+if __name__ == "__main__":
+    import sys
+    make(sys.argv[1])

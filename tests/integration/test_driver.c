@@ -1,0 +1,226 @@
+/*
+ * liblease's gRPC driver against the real leased: TLS, mutual TLS, bearer
+ * tokens, the plaintext rule, several targets with failover, and the
+ * conformance suite over TLS with a token. Certificates come from
+ * certs.py (openssl) for each run.
+ */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "daemon_proc.h"
+#include "lease.h"
+
+static char certs[64]; /* the directory certs.py filled */
+static char path_buf[8][128];
+
+/* certs/NAME; a few at once may be live. */
+static const char *cert(const char *name)
+{
+    static int next;
+    char *p = path_buf[next++ % 8];
+    snprintf(p, sizeof(path_buf[0]), "%s/%s", certs, name);
+    return p;
+}
+
+static void make_certs(void)
+{
+    snprintf(certs, sizeof(certs), "/tmp/leased-driver-XXXXXX");
+    CHECK(mkdtemp(certs) != NULL);
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s %s >/dev/null",
+             getenv("LEASED_CERTS_PY"), certs);
+    CHECK(system(cmd) == 0);
+    int fd = open(cert("tokens"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0 && write(fd, "tok-123\n", 8) == 8);
+    close(fd);
+}
+
+static void remove_certs(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", certs);
+    CHECK(system(cmd) == 0);
+}
+
+static void real_sleep(void *arg, int64_t ns)
+{
+    (void)arg;
+    struct timespec ts = {ns / 1000000000, ns % 1000000000};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+/* A loopback port nobody listens on. */
+static int dead_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t n = sizeof(a);
+    CHECK(bind(s, (struct sockaddr *)&a, sizeof(a)) == 0);
+    CHECK(getsockname(s, (struct sockaddr *)&a, &n) == 0);
+    close(s);
+    return ntohs(a.sin_port);
+}
+
+static int acquire(const char *target, const struct lease_grpc_options *o,
+                   const char *session)
+{
+    struct lease_client *c;
+    int rc = lease_grpc_open(target, o, &c);
+    if (rc != LEASE_OK)
+        return rc;
+    struct lease l;
+    rc = lease_acquire(c, session, "owner-1", &l);
+    lease_client_destroy(c);
+    return rc;
+}
+
+TEST(tls_and_token_pass_the_conformance_suite)
+{
+    make_certs();
+    struct daemon_proc d;
+    CHECK(daemon_start(&d, "400ms", "--tls-cert", cert("server.pem"),
+                       "--tls-key", cert("server.key"), "--auth-token-file",
+                       cert("tokens"), NULL) == 0);
+    struct lease_grpc_options o = {.tls_ca_file = cert("ca.pem"),
+                                   .token = "tok-123"};
+    struct lease_client *c;
+    CHECK_EQ_I64(lease_grpc_open(d.addr, &o, &c), LEASE_OK);
+    struct lease_conformance conf = {
+        .client = c, .ttl_ns = 400 * INT64_C(1000000),
+        .advance = real_sleep, .report = stdout, .prefix = "tls"};
+    CHECK_EQ_I64(lease_conformance_run(&conf), 0);
+    lease_client_destroy(c);
+    CHECK_EQ_I64(daemon_stop(&d), 0);
+    remove_certs();
+}
+
+TEST(tls_and_token_refusals)
+{
+    make_certs();
+    struct daemon_proc d;
+    CHECK(daemon_start(&d, "5s", "--tls-cert", cert("server.pem"),
+                       "--tls-key", cert("server.key"), "--auth-token-file",
+                       cert("tokens"), NULL) == 0);
+    struct lease_grpc_options good = {.tls_ca_file = cert("ca.pem"),
+                                      .token = "tok-123"};
+    CHECK_EQ_I64(acquire(d.addr, &good, "a"), LEASE_OK);
+    /* No token, a wrong one: the server says UNAUTHENTICATED. */
+    struct lease_grpc_options o = good;
+    o.token = NULL;
+    CHECK_EQ_I64(acquire(d.addr, &o, "b"), LEASE_EUNAVAILABLE);
+    CHECK(strstr(lease_errmsg(), "bearer token") != NULL);
+    o.token = "tok-124";
+    CHECK_EQ_I64(acquire(d.addr, &o, "b"), LEASE_EUNAVAILABLE);
+    /* A CA that did not sign the server's certificate; plaintext. */
+    o = good;
+    o.tls_ca_file = cert("foreign-ca.pem");
+    CHECK_EQ_I64(acquire(d.addr, &o, "b"), LEASE_EUNAVAILABLE);
+    o = good;
+    o.tls_ca_file = NULL;
+    CHECK_EQ_I64(acquire(d.addr, &o, "b"), LEASE_EUNAVAILABLE);
+    /* The name checked in the certificate. */
+    o = good;
+    o.tls_server_name = "localhost";
+    CHECK_EQ_I64(acquire(d.addr, &o, "c"), LEASE_OK);
+    o.tls_server_name = "other.example";
+    CHECK_EQ_I64(acquire(d.addr, &o, "d"), LEASE_EUNAVAILABLE);
+    CHECK_EQ_I64(daemon_stop(&d), 0);
+    remove_certs();
+}
+
+TEST(mutual_tls)
+{
+    make_certs();
+    struct daemon_proc d;
+    CHECK(daemon_start(&d, "5s", "--tls-cert", cert("server.pem"),
+                       "--tls-key", cert("server.key"), "--tls-client-ca",
+                       cert("ca.pem"), NULL) == 0);
+    struct lease_grpc_options o = {.tls_ca_file = cert("ca.pem"),
+                                   .tls_cert_file = cert("client1.pem"),
+                                   .tls_key_file = cert("client1.key")};
+    CHECK_EQ_I64(acquire(d.addr, &o, "m"), LEASE_OK);
+    o.tls_cert_file = cert("foreign.pem");
+    o.tls_key_file = cert("foreign.key");
+    CHECK_EQ_I64(acquire(d.addr, &o, "n"), LEASE_EUNAVAILABLE);
+    o.tls_cert_file = o.tls_key_file = NULL;
+    CHECK_EQ_I64(acquire(d.addr, &o, "n"), LEASE_EUNAVAILABLE);
+    CHECK_EQ_I64(daemon_stop(&d), 0);
+    remove_certs();
+}
+
+TEST(open_checks_its_options)
+{
+    make_certs();
+    struct lease_client *c;
+    /* Plaintext beyond loopback: refused; with TLS, fine. */
+    CHECK_EQ_I64(lease_grpc_open("10.0.0.1:7443", NULL, &c), LEASE_EINVAL);
+    CHECK(strstr(lease_errmsg(), "plaintext") != NULL);
+    CHECK_EQ_I64(lease_grpc_open("127.0.0.1:1,10.0.0.1:7443", NULL, &c),
+                 LEASE_EINVAL);
+    struct lease_grpc_options o = {.tls_ca_file = cert("ca.pem")};
+    CHECK_EQ_I64(lease_grpc_open("10.0.0.1:7443,leases.example:7443", &o,
+                                 &c),
+                 LEASE_OK);
+    lease_client_destroy(c);
+    /* Bad combinations and files. */
+    struct lease_grpc_options bad[] = {
+        {.tls_cert_file = cert("client1.pem"),
+         .tls_key_file = cert("client1.key")},
+        {.tls_ca_file = cert("ca.pem"), .tls_cert_file = cert("client1.pem")},
+        {.tls_ca_file = "/nonexistent/ca.pem"},
+        {.token = "has space"},
+        {.token = ""},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK_EQ_I64(lease_grpc_open("127.0.0.1:1", &bad[i], &c),
+                     LEASE_EINVAL);
+        CHECK(c == NULL);
+    }
+    CHECK_EQ_I64(lease_grpc_open("127.0.0.1:1,,127.0.0.1:2", NULL, &c),
+                 LEASE_EINVAL);
+    CHECK_EQ_I64(lease_grpc_open("127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,"
+                                 "127.0.0.1:4,127.0.0.1:5,127.0.0.1:6,"
+                                 "127.0.0.1:7,127.0.0.1:8,127.0.0.1:9",
+                                 NULL, &c),
+                 LEASE_EINVAL);
+    remove_certs();
+}
+
+TEST(failover_to_the_next_target)
+{
+    struct daemon_proc d;
+    CHECK(daemon_start(&d, "5s", NULL) == 0);
+    char targets[300];
+    snprintf(targets, sizeof(targets), "127.0.0.1:%d,%s", dead_port(),
+             d.addr);
+    struct lease_grpc_options o = {.timeout_ms = 5000};
+    struct lease_client *c;
+    CHECK_EQ_I64(lease_grpc_open(targets, &o, &c), LEASE_OK);
+    struct lease a, b;
+    CHECK_EQ_I64(lease_acquire(c, "f", "alice", &a), LEASE_OK);
+    CHECK_EQ_I64(lease_renew(c, &a, &b), LEASE_OK); /* stays on the live one */
+    CHECK_EQ_I64(b.token, a.token);
+    CHECK_EQ_I64(lease_acquire(c, "f", "bob", &b), LEASE_EHELD);
+    lease_client_destroy(c);
+    /* Every target down: unavailable, within the deadline. */
+    snprintf(targets, sizeof(targets), "127.0.0.1:%d,127.0.0.1:%d",
+             dead_port(), dead_port());
+    CHECK_EQ_I64(lease_grpc_open(targets, &o, &c), LEASE_OK);
+    CHECK_EQ_I64(lease_acquire(c, "f", "bob", &b), LEASE_EUNAVAILABLE);
+    lease_client_destroy(c);
+    CHECK_EQ_I64(daemon_stop(&d), 0);
+}
+
+CHECK_MAIN(tls_and_token_pass_the_conformance_suite, tls_and_token_refusals,
+           mutual_tls, open_checks_its_options, failover_to_the_next_target)
