@@ -10,13 +10,16 @@
 #include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine.h"
 #include "grpc/health/v1/health.pb-c.h"
+#include "leased/admin/v1/admin.pb-c.h"
 #include "leased/codec/v1/wire.pb-c.h"
 #include "mecatl/driver/v1/session_lease.pb-c.h"
 #include "validate.h"
+#include "version.h"
 
 __attribute__((format(printf, 2, 3))) static int
 invalid(struct request *req, const char *fmt, ...)
@@ -41,11 +44,69 @@ static int take_string(struct request *req, const char *field,
     return 0;
 }
 
+/* An admin request. Its strings are protobuf-c's NUL-terminated copies
+ * (an embedded NUL ends them early; harmless for reads that change
+ * nothing). */
+static int decode_admin(enum request_op op, const uint8_t *buf, size_t len,
+                        struct request *req, void **msg)
+{
+    if (op == OP_STATS) {
+        *msg = leased__admin__v1__stats_request__unpack(NULL, len, buf);
+        return *msg != NULL ? 0 : invalid(req, "malformed StatsRequest");
+    }
+    const char *session, *token = "";
+    int32_t page_size = 0;
+    if (op == OP_GET) {
+        Leased__Admin__V1__GetRequest *m =
+            leased__admin__v1__get_request__unpack(NULL, len, buf);
+        if (m == NULL)
+            return invalid(req, "malformed GetRequest");
+        *msg = m;
+        session = m->session_id;
+    } else {
+        Leased__Admin__V1__ListRequest *m =
+            leased__admin__v1__list_request__unpack(NULL, len, buf);
+        if (m == NULL)
+            return invalid(req, "malformed ListRequest");
+        *msg = m;
+        session = m->prefix;
+        token = m->page_token;
+        page_size = m->page_size;
+    }
+    const char *why = validate_string((const uint8_t *)session,
+                                      strlen(session), ENGINE_SESSION_MAX);
+    /* A prefix may be empty, a session id not. */
+    if (why != NULL && !(op == OP_LIST && session[0] == '\0'))
+        return invalid(req, "%s: %s",
+                       op == OP_GET ? "session_id" : "prefix", why);
+    if (token[0] != '\0' &&
+        (why = validate_string((const uint8_t *)token, strlen(token),
+                               ENGINE_SESSION_MAX)) != NULL)
+        return invalid(req, "page_token: %s", why);
+    if (page_size < 0)
+        return invalid(req, "page_size: negative");
+    req->session = session;
+    req->session_len = strlen(session);
+    req->page_token = token;
+    req->page_token_len = strlen(token);
+    req->page_size = page_size == 0      ? 100
+                     : page_size > 1000 ? 1000
+                                        : (size_t)page_size;
+    return 0;
+}
+
 int codec_decode(enum request_op op, const uint8_t *buf, size_t len,
                  struct request *req, void **msg)
 {
     *msg = NULL;
     req->op = op;
+    if (op >= OP_GET) {
+        if (decode_admin(op, buf, len, req, msg) == 0)
+            return 0;
+        codec_free(*msg);
+        *msg = NULL;
+        return -1;
+    }
     if (op == OP_ACQUIRE) {
         Leased__Codec__V1__WireAcquireRequest *m =
             leased__codec__v1__wire_acquire_request__unpack(NULL, len, buf);
@@ -119,9 +180,11 @@ void codec_method_path(enum request_op op, char *buf, size_t cap)
 {
     static const char *const names[] = {
         [OP_ACQUIRE] = "Acquire", [OP_RENEW] = "Renew",
-        [OP_RELEASE] = "Release"};
+        [OP_RELEASE] = "Release", [OP_GET] = "Get", [OP_LIST] = "List",
+        [OP_STATS] = "Stats"};
     const ProtobufCServiceDescriptor *d =
-        &mecatl__driver__v1__session_lease_service__descriptor;
+        op >= OP_GET ? &leased__admin__v1__admin__descriptor
+                     : &mecatl__driver__v1__session_lease_service__descriptor;
     const ProtobufCMethodDescriptor *m =
         protobuf_c_service_descriptor_get_method_by_name(d, names[op]);
     assert(m != NULL);
@@ -169,4 +232,93 @@ void codec_health_path(bool watch, char *buf, size_t cap)
 const char *codec_lease_service_name(void)
 {
     return mecatl__driver__v1__session_lease_service__descriptor.name;
+}
+
+static Leased__Admin__V1__Lease admin_lease(const struct admin_lease *l,
+                                            Google__Protobuf__Timestamp *t)
+{
+    Leased__Admin__V1__Lease w = LEASED__ADMIN__V1__LEASE__INIT;
+    w.session_id = l->session;
+    w.owner = l->owner;
+    w.token = l->token;
+    t->seconds = l->expiry_ns / 1000000000;
+    t->nanos = (int32_t)(l->expiry_ns % 1000000000);
+    w.expiry = t;
+    w.live = l->live;
+    return w;
+}
+
+static uint8_t *pack(const ProtobufCMessage *m, size_t *len)
+{
+    *len = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = malloc(*len > 0 ? *len : 1);
+    if (buf != NULL)
+        protobuf_c_message_pack(m, buf);
+    return buf;
+}
+
+uint8_t *codec_encode_admin(const struct request *req, size_t *len)
+{
+    const struct admin_result *a = req->admin;
+    if (req->op == OP_STATS) {
+        Leased__Admin__V1__StatsResponse r =
+            LEASED__ADMIN__V1__STATS_RESPONSE__INIT;
+        const struct admin_stats *st = &a->stats;
+        r.live_leases = st->live_leases;
+        r.lease_entries = st->lease_entries;
+        r.takeovers = st->takeovers;
+        r.expiries = st->expiries;
+        r.reclaims = st->reclaims;
+        r.uptime_seconds = st->uptime_s;
+        r.storage_state = st->storage_failing ? "failing" : "ok";
+        r.token_high_water_mark = st->token_high_water_mark;
+        r.quarantine_remaining_ms = st->quarantine_remaining_ms;
+        r.version = LEASED_VERSION;
+        return pack(&r.base, len);
+    }
+    Google__Protobuf__Timestamp *times = calloc(a->n > 0 ? a->n : 1,
+                                                sizeof(*times));
+    Leased__Admin__V1__Lease *leases = calloc(a->n > 0 ? a->n : 1,
+                                              sizeof(*leases));
+    Leased__Admin__V1__Lease **ptrs = calloc(a->n > 0 ? a->n : 1,
+                                             sizeof(*ptrs));
+    uint8_t *out = NULL;
+    if (times != NULL && leases != NULL && ptrs != NULL) {
+        for (size_t i = 0; i < a->n; i++) {
+            times[i] = (Google__Protobuf__Timestamp)
+                GOOGLE__PROTOBUF__TIMESTAMP__INIT;
+            leases[i] = admin_lease(&a->leases[i], &times[i]);
+            ptrs[i] = &leases[i];
+        }
+        if (req->op == OP_GET) {
+            Leased__Admin__V1__GetResponse r =
+                LEASED__ADMIN__V1__GET_RESPONSE__INIT;
+            r.lease = ptrs[0];
+            out = pack(&r.base, len);
+        } else {
+            Leased__Admin__V1__ListResponse r =
+                LEASED__ADMIN__V1__LIST_RESPONSE__INIT;
+            r.n_leases = a->n;
+            r.leases = ptrs;
+            r.next_page_token = a->next != NULL ? a->next : "";
+            out = pack(&r.base, len);
+        }
+    }
+    free(times);
+    free(leases);
+    free(ptrs);
+    return out;
+}
+
+void admin_result_free(struct admin_result *r)
+{
+    if (r == NULL)
+        return;
+    for (size_t i = 0; i < r->n; i++) {
+        free(r->leases[i].session);
+        free(r->leases[i].owner);
+    }
+    free(r->leases);
+    free(r->next);
+    free(r);
 }

@@ -30,9 +30,13 @@ size_t codec_encode_reply(const struct request *req, uint8_t *buf,
 
 #define CODEC_REPLY_MAX 1024
 
+/* Encodes the OK reply of an admin call (req->admin) into a new malloc'd
+ * buffer of *len bytes; NULL when out of memory. */
+uint8_t *codec_encode_admin(const struct request *req, size_t *len);
+
 /* Writes the full gRPC method path of op ("/mecatl.driver.v1.
- * SessionLeaseService/Acquire") into buf, from the generated service
- * descriptor. */
+ * SessionLeaseService/Acquire", "/leased.admin.v1.Admin/Get") into buf,
+ * from the generated service descriptors. */
 void codec_method_path(enum request_op op, char *buf, size_t cap);
 
 /* grpc.health.v1: decodes a HealthCheckRequest's service name into

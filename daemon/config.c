@@ -49,6 +49,9 @@ static const char usage[] =
     "  --auth-token-file F  bearer tokens, one per line: every call needs\n"
     "                       'authorization: Bearer TOKEN'; mode 600\n"
     "                       [LEASED_AUTH_TOKEN_FILE]\n"
+    "  --admin-token-file F the admin service's own bearer tokens (else\n"
+    "                       those of --auth-token-file)\n"
+    "                       [LEASED_ADMIN_TOKEN_FILE]\n"
     "  --socket-mode MODE   octal mode of unix sockets\n"
     "                       [LEASED_SOCKET_MODE; default 0660]\n"
     "  --metrics-listen ADDR  serve Prometheus metrics on http://ADDR/metrics\n"
@@ -156,12 +159,14 @@ static int set_option(struct config *cfg, int opt, const char *val,
     case 'K':
     case 'A':
     case 'T':
+    case 'U':
         if (*val == '\0')
             return fail(errmsg, len, "%s: empty file name", what);
         *(opt == 'C'   ? &cfg->tls_cert
           : opt == 'K' ? &cfg->tls_key
           : opt == 'A' ? &cfg->tls_client_ca
-                       : &cfg->auth_token_file) = val;
+          : opt == 'T' ? &cfg->auth_token_file
+                       : &cfg->admin_token_file) = val;
         return CONFIG_OK;
     case 'I':
         if (strcmp(val, "1") == 0 || strcmp(val, "true") == 0)
@@ -268,6 +273,7 @@ static const struct option long_options[] = {
     {"tls-client-ca", required_argument, NULL, 'A'},
     {"insecure", no_argument, NULL, 'I'},
     {"auth-token-file", required_argument, NULL, 'T'},
+    {"admin-token-file", required_argument, NULL, 'U'},
     {"socket-mode", required_argument, NULL, 'M'},
     {"max-streams", required_argument, NULL, 'S'},
     {"max-metadata-size", required_argument, NULL, 'Z'},
@@ -296,6 +302,7 @@ static const struct {
     {"LEASED_TLS_CLIENT_CA", 'A'},
     {"LEASED_INSECURE", 'I'},
     {"LEASED_AUTH_TOKEN_FILE", 'T'},
+    {"LEASED_ADMIN_TOKEN_FILE", 'U'},
     {"LEASED_SOCKET_MODE", 'M'},
     {"LEASED_MAX_STREAMS", 'S'},
     {"LEASED_MAX_METADATA_SIZE", 'Z'},

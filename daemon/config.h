@@ -24,6 +24,7 @@ struct config {
     const char *tls_cert, *tls_key, *tls_client_ca; /* NULL: not given */
     bool insecure; /* plaintext allowed on non-loopback addresses */
     const char *auth_token_file;
+    const char *admin_token_file; /* the admin service's own; NULL: none */
     unsigned socket_mode;
     int64_t drain_ns; /* on SIGTERM, calls in progress get this long */
     const char *metrics_listen; /* HOST:PORT of /metrics; NULL: off */

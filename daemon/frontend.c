@@ -52,7 +52,8 @@
 
 #define ARMED_PER_METHOD 16
 #define ARMED_UNKNOWN 2
-#define NMETHODS 3
+#define NMETHODS 6 /* enum request_op: the lease and admin methods */
+#define ARMED_ADMIN 2 /* per admin method */
 #define ARMED_HEALTH 2 /* per health method */
 
 enum rpc_state {
@@ -109,6 +110,7 @@ struct frontend {
     int64_t drain_ms;
     atomic_bool serving; /* storage healthy (set by the loop) */
     struct tokens *tokens;
+    struct tokens *admin_tokens; /* admin calls' own, or NULL */
     bool log_identities; /* clients present certificates */
     struct frontend_callbacks cb;
 
@@ -145,12 +147,14 @@ static const grpc_status_code status_codes[] = {
     [REPLY_UNAVAILABLE] = GRPC_STATUS_UNAVAILABLE,
     [REPLY_EXHAUSTED] = GRPC_STATUS_RESOURCE_EXHAUSTED,
     [REPLY_INTERNAL] = GRPC_STATUS_INTERNAL,
+    [REPLY_NOT_FOUND] = GRPC_STATUS_NOT_FOUND,
 };
 
 static void rpc_free(struct rpc *r)
 {
     struct frontend *fe = r->fe;
     codec_free(r->msg);
+    admin_result_free(r->req.admin);
     grpc_byte_buffer_destroy(r->payload);
     grpc_byte_buffer_destroy(r->body);
     grpc_slice_unref(r->status_details);
@@ -192,7 +196,8 @@ static void arm(struct frontend *fe, enum rpc_state state, int method)
     r->method = MM_OTHER;
     if (state == RPC_ARMED) {
         r->req.op = (enum request_op)method;
-        r->method = (enum metric_method)(MM_ACQUIRE + method);
+        r->method = method >= OP_GET ? MM_ADMIN
+                                     : (enum metric_method)(MM_ACQUIRE + method);
         registered = fe->methods[method];
     } else if (state == RPC_HEALTH) {
         r->watch = method == 1;
@@ -259,7 +264,17 @@ static grpc_byte_buffer *make_body(const uint8_t *buf, size_t n)
 static void reply_request(struct rpc *r)
 {
     grpc_byte_buffer *body = NULL;
-    if (r->req.status == REPLY_OK) {
+    if (r->req.status == REPLY_OK && r->req.op >= OP_GET) {
+        size_t n;
+        uint8_t *buf = codec_encode_admin(&r->req, &n);
+        if (buf == NULL) {
+            send_reply(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory",
+                       NULL);
+            return;
+        }
+        body = make_body(buf, n);
+        free(buf);
+    } else if (r->req.status == REPLY_OK) {
         uint8_t buf[CODEC_REPLY_MAX];
         body = make_body(buf, codec_encode_reply(&r->req, buf, sizeof(buf)));
     }
@@ -309,12 +324,16 @@ static bool admit(struct rpc *r)
     struct frontend *fe = r->fe;
     if (fe->log_identities)
         peers_note(&fe->peers, r->call);
-    if (fe->tokens == NULL)
+    struct tokens *tokens =
+        r->state == RPC_ARMED && r->req.op >= OP_GET && fe->admin_tokens
+            ? fe->admin_tokens
+            : fe->tokens;
+    if (tokens == NULL)
         return true;
     for (size_t i = 0; i < r->metadata.count; i++) {
         const grpc_metadata *m = &r->metadata.metadata[i];
         if (grpc_slice_str_cmp(m->key, "authorization") == 0 &&
-            tokens_check(fe->tokens,
+            tokens_check(tokens,
                          (const char *)GRPC_SLICE_START_PTR(m->value),
                          GRPC_SLICE_LENGTH(m->value)))
             return true;
@@ -330,7 +349,8 @@ static void accept_call(struct rpc *r)
 {
     struct frontend *fe = r->fe;
     enum request_op op = r->req.op;
-    r->accepted_ns = clock_mono_ns();
+    if (op < OP_GET)
+        r->accepted_ns = clock_mono_ns();
     arm(fe, RPC_ARMED, op);
     if (!admit(r))
         return;
@@ -708,6 +728,7 @@ struct frontend *frontend_create(uv_loop_t *loop,
     fe->drain_ms = opts->drain_ns / 1000000;
     atomic_store(&fe->serving, true);
     fe->tokens = opts->tokens;
+    fe->admin_tokens = opts->admin_tokens;
     fe->log_identities =
         opts->tls != NULL && tls_requires_client_cert(opts->tls);
     fe->cb = *cb;
@@ -746,7 +767,8 @@ struct frontend *frontend_create(uv_loop_t *loop,
     uv_async_init(loop, &fe->async, on_async);
     fe->async.data = fe;
     for (int op = 0; op < NMETHODS; op++) {
-        for (int i = 0; i < ARMED_PER_METHOD; i++)
+        int n = op >= OP_GET ? ARMED_ADMIN : ARMED_PER_METHOD;
+        for (int i = 0; i < n; i++)
             arm(fe, RPC_ARMED, op);
     }
     for (int i = 0; i < ARMED_UNKNOWN; i++)

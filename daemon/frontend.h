@@ -42,6 +42,8 @@ struct frontend_options {
     size_t max_pending;
     struct tls *tls;       /* TLS on every TCP listener; NULL: plaintext */
     struct tokens *tokens; /* bearer tokens every call needs; NULL: none */
+    struct tokens *admin_tokens; /* admin calls need these instead; NULL:
+                                  * the same as the others */
     unsigned socket_mode;  /* of unix sockets, e.g. 0660 */
     const struct config_limits *limits;
     int64_t drain_ns; /* after frontend_shutdown(), calls get this long */

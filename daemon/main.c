@@ -38,6 +38,7 @@ struct daemon {
     struct frontend *frontend;
     struct tls *tls;       /* NULL: no TLS */
     struct tokens *tokens; /* NULL: no bearer tokens */
+    struct tokens *admin_tokens; /* NULL: admin calls use tokens */
     struct metrics_http *metrics; /* NULL: no --metrics-listen */
     uv_signal_t sigterm, sigint, sighup;
     bool signals_started;
@@ -87,12 +88,17 @@ static void on_sighup(uv_signal_t *h, int signum)
 {
     struct daemon *d = h->data;
     char err[512];
-    if (d->tokens != NULL) {
-        if (tokens_reload(d->tokens, err, sizeof(err)) == 0)
-            log_info("reloaded", "what=tokens count=%zu",
-                     tokens_count(d->tokens));
+    struct tokens *sets[] = {d->tokens, d->admin_tokens};
+    const char *names[] = {"tokens", "admin_tokens"};
+    for (int i = 0; i < 2; i++) {
+        if (sets[i] == NULL)
+            continue;
+        if (tokens_reload(sets[i], err, sizeof(err)) == 0)
+            log_info("reloaded", "what=%s count=%zu", names[i],
+                     tokens_count(sets[i]));
         else
-            log_warn("reload_failed", "what=tokens reason=\"%s\"", err);
+            log_warn("reload_failed", "what=%s reason=\"%s\"", names[i],
+                     err);
     }
     if (d->tls != NULL) {
         if (tls_reload(d->tls, err, sizeof(err)) == 0)
@@ -141,6 +147,11 @@ static int load_security(const struct config *cfg, struct daemon *d,
     if (cfg->auth_token_file != NULL) {
         d->tokens = tokens_load(cfg->auth_token_file, errmsg, len);
         if (d->tokens == NULL)
+            return -1;
+    }
+    if (cfg->admin_token_file != NULL) {
+        d->admin_tokens = tokens_load(cfg->admin_token_file, errmsg, len);
+        if (d->admin_tokens == NULL)
             return -1;
     }
     for (size_t i = 0; i < cfg->nlisten && d->tls == NULL; i++) {
@@ -218,6 +229,7 @@ int main(int argc, char **argv)
         .max_pending = cfg.max_pending,
         .tls = d.tls,
         .tokens = d.tokens,
+        .admin_tokens = d.admin_tokens,
         .socket_mode = cfg.socket_mode,
         .limits = &cfg.limits,
         .drain_ns = cfg.drain_ns,
@@ -235,6 +247,7 @@ int main(int argc, char **argv)
         grpc_shutdown_blocking();
         tls_free(d.tls);
         tokens_free(d.tokens);
+        tokens_free(d.admin_tokens);
         return 1;
     }
     log_info("started", "version=%s data_dir=%s ttl_ms=%lld pid=%ld",
@@ -250,6 +263,7 @@ int main(int argc, char **argv)
     grpc_shutdown_blocking();
     tls_free(d.tls);
     tokens_free(d.tokens);
+    tokens_free(d.admin_tokens);
     close(lock_fd);
     log_info("stopped", NULL);
     return 0;

@@ -25,6 +25,7 @@ static const char *const method_names[MM_COUNT] = {
     [MM_RELEASE] = "Release",
     [MM_HEALTH_CHECK] = "grpc.health.v1.Health/Check",
     [MM_HEALTH_WATCH] = "grpc.health.v1.Health/Watch",
+    [MM_ADMIN] = "leased.admin.v1.Admin",
     [MM_OTHER] = "other",
 };
 

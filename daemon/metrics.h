@@ -20,6 +20,7 @@ enum metric_method {
     MM_RELEASE,
     MM_HEALTH_CHECK,
     MM_HEALTH_WATCH,
+    MM_ADMIN, /* leased.admin.v1.Admin, any method */
     MM_OTHER, /* any method leased does not serve */
     MM_COUNT,
 };

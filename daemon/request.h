@@ -11,7 +11,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum request_op { OP_ACQUIRE, OP_RENEW, OP_RELEASE };
+enum request_op {
+    OP_ACQUIRE,
+    OP_RENEW,
+    OP_RELEASE,
+    /* leased.admin.v1.Admin: read only, answered without a commit. */
+    OP_GET,
+    OP_LIST,
+    OP_STATS,
+};
 
 /* The outcome, mapped to a gRPC status in one place (frontend.c). */
 enum reply_status {
@@ -21,6 +29,31 @@ enum reply_status {
     REPLY_UNAVAILABLE, /* UNAVAILABLE */
     REPLY_EXHAUSTED,   /* RESOURCE_EXHAUSTED */
     REPLY_INTERNAL,    /* INTERNAL */
+    REPLY_NOT_FOUND,   /* NOT_FOUND (admin Get) */
+};
+
+/* One lease in an admin answer (strings owned by the answer). */
+struct admin_lease {
+    char *session, *owner;
+    size_t session_len, owner_len;
+    uint64_t token;
+    int64_t expiry_ns;
+    bool live;
+};
+
+/* What an admin call answers, made by the loop and freed with
+ * admin_result_free() once the reply is sent. */
+struct admin_result {
+    struct admin_lease *leases; /* Get: one; List: a page */
+    size_t n, cap;
+    char *next;                 /* List: the next page's token, or NULL */
+    size_t next_len;
+    struct admin_stats {
+        uint64_t live_leases, lease_entries, takeovers, expiries, reclaims;
+        uint64_t token_high_water_mark;
+        int64_t uptime_s, quarantine_remaining_ms;
+        bool storage_failing;
+    } stats;
 };
 
 struct request {
@@ -31,6 +64,9 @@ struct request {
     const char *owner;
     size_t owner_len;
     uint64_t token; /* Renew, Release */
+    /* List: session is the prefix, and: */
+    const char *page_token;
+    size_t page_token_len, page_size;
 
     /* Set by the loop before the reply. */
     enum reply_status status;
@@ -39,6 +75,10 @@ struct request {
     char reason[128]; /* status_details when not OK; may be empty */
     uint64_t grant_token;
     int64_t grant_expiry_ns;
+    struct admin_result *admin; /* admin calls */
 };
+
+/* Frees an admin answer. Accepts NULL. */
+void admin_result_free(struct admin_result *r);
 
 #endif

@@ -88,6 +88,15 @@ struct server {
     uv_timer_t gc_timer;
     bool gc_due;
 
+    /* Admin List calls: one lists the store on a worker, the others
+     * wait their turn. */
+    struct request *lists, *lists_tail;
+    bool listing;
+    int list_err;
+    int64_t list_now_ns, list_quarantine_end_ns; /* for the list running */
+    uv_work_t list_work;
+    int64_t start_mono_ns;
+
     int64_t ttl_ns;
     /* The longest TTL whose leases may still be live: longer than ttl_ns
      * after a restart that shortened the TTL, until the quarantine ends.
@@ -320,10 +329,204 @@ static void commit_done(uv_work_t *w, int status)
         process(s);
 }
 
+/* --- Admin calls (read only) ------------------------------------------ */
+
+static struct admin_result *result_new(size_t cap)
+{
+    struct admin_result *a = calloc(1, sizeof(*a));
+    if (a != NULL && cap > 0 &&
+        (a->leases = calloc(cap, sizeof(*a->leases))) == NULL) {
+        free(a);
+        return NULL;
+    }
+    if (a != NULL)
+        a->cap = cap;
+    return a;
+}
+
+static char *copy(const char *p, size_t n)
+{
+    char *c = malloc(n + 1);
+    if (c != NULL) {
+        memcpy(c, p, n);
+        c[n] = '\0';
+    }
+    return c;
+}
+
+/* Appends a lease to a; -1 when out of memory. */
+static int result_add(struct admin_result *a, const struct lease_row *row,
+                      bool live)
+{
+    struct admin_lease *l = &a->leases[a->n];
+    l->session = copy(row->session, row->session_len);
+    l->owner = copy(row->owner, row->owner_len);
+    if (l->session == NULL || l->owner == NULL) {
+        free(l->session);
+        free(l->owner);
+        return -1;
+    }
+    l->session_len = row->session_len;
+    l->owner_len = row->owner_len;
+    l->token = row->token;
+    l->expiry_ns = row->expiry_ns;
+    l->live = live;
+    a->n++;
+    return 0;
+}
+
+static void answer_admin(struct server *s, struct request *r, int64_t now_ns)
+{
+    r->status = REPLY_OK;
+    r->reason[0] = '\0';
+    r->admin = result_new(r->op == OP_GET ? 1 : 0);
+    if (r->admin == NULL) {
+        r->status = REPLY_UNAVAILABLE;
+        snprintf(r->reason, sizeof(r->reason), "out of memory");
+    } else if (r->op == OP_GET) {
+        struct lease_row row;
+        if (!engine_get(s->engine, r->session, r->session_len, &row) ||
+            row.owner_len == 0) {
+            r->status = REPLY_NOT_FOUND;
+            snprintf(r->reason, sizeof(r->reason), "no lease");
+        } else if (result_add(r->admin, &row,
+                              engine_live(s->engine, r->session,
+                                          r->session_len, now_ns)) != 0) {
+            r->status = REPLY_UNAVAILABLE;
+            snprintf(r->reason, sizeof(r->reason), "out of memory");
+        }
+    } else {
+        struct admin_stats *st = &r->admin->stats;
+        st->live_leases = (uint64_t)atomic_load(&metrics.leases_live);
+        st->lease_entries = engine_count(s->engine);
+        st->takeovers = atomic_load(&metrics.takeovers);
+        st->expiries = atomic_load(&metrics.expiries);
+        st->reclaims = atomic_load(&metrics.reclaims);
+        st->token_high_water_mark = engine_high_water(s->engine);
+        st->uptime_s = (clock_mono_ns() - s->start_mono_ns) / 1000000000;
+        int64_t q = engine_quarantine_end(s->engine) - now_ns;
+        st->quarantine_remaining_ms = q > 0 ? q / 1000000 : 0;
+        st->storage_failing = s->storage_failing;
+    }
+    s->reply(s->reply_arg, r);
+}
+
+struct list_ctx {
+    struct request *r;
+    int64_t now_ns, quarantine_end_ns;
+};
+
+/* A listed row: kept while the page has room; one more means a next
+ * page, which starts after the last row kept. */
+static int list_row(void *arg, const struct lease_row *row)
+{
+    struct list_ctx *c = arg;
+    struct admin_result *a = c->r->admin;
+    if (a->n == c->r->page_size) {
+        const struct admin_lease *last = &a->leases[a->n - 1];
+        a->next = copy(last->session, last->session_len);
+        a->next_len = last->session_len;
+        return a->next != NULL ? 1 : STORE_ENOMEM;
+    }
+    /* Committed rows: live while not expired, and for every held one
+     * during the restart quarantine (as the engine decides). */
+    bool live = row->expiry_ns > c->now_ns || c->now_ns < c->quarantine_end_ns;
+    return result_add(a, row, live) == 0 ? 0 : STORE_ENOMEM;
+}
+
+static void run_list(uv_work_t *w)
+{
+    struct server *s = w->data;
+    struct request *r = s->lists;
+    struct list_ctx c = {r, s->list_now_ns, s->list_quarantine_end_ns};
+    int err = store_list(s->store, r->session, r->session_len, r->page_token,
+                         r->page_token_len, r->page_size + 1, list_row, &c);
+    s->list_err = err == 1 ? STORE_OK : err;
+}
+
+static void maybe_list(struct server *s);
+
+static void list_done(uv_work_t *w, int status)
+{
+    struct server *s = w->data;
+    struct request *r = s->lists;
+    s->lists = r->next;
+    if (s->lists == NULL)
+        s->lists_tail = NULL;
+    r->next = NULL;
+    s->listing = false;
+    if (status != 0 || s->list_err != STORE_OK) {
+        log_warn("list_failed", "error=\"%s\"", store_list_errmsg(s->store));
+        r->status = REPLY_UNAVAILABLE;
+        snprintf(r->reason, sizeof(r->reason), "storage unavailable");
+    }
+    s->reply(s->reply_arg, r);
+    maybe_list(s);
+    if (s->closing)
+        maybe_finish_close(s);
+}
+
+/* Starts listing for the first List waiting, if none is running. */
+static void maybe_list(struct server *s)
+{
+    if (s->listing || s->lists == NULL)
+        return;
+    struct request *r = s->lists;
+    r->status = REPLY_OK;
+    r->reason[0] = '\0';
+    r->admin = result_new(r->page_size);
+    if (r->admin == NULL) {
+        s->lists = r->next;
+        if (s->lists == NULL)
+            s->lists_tail = NULL;
+        r->status = REPLY_UNAVAILABLE;
+        snprintf(r->reason, sizeof(r->reason), "out of memory");
+        s->reply(s->reply_arg, r);
+        maybe_list(s);
+        return;
+    }
+    s->list_now_ns = clock_now_ns(&s->clock);
+    s->list_quarantine_end_ns = engine_quarantine_end(s->engine);
+    s->listing = true;
+    uv_queue_work(s->loop, &s->list_work, run_list, list_done);
+}
+
+/* Takes the admin calls out of pending and answers them: Get and Stats
+ * at once, from the engine (between batches it holds no tentative
+ * change), List in turn on a worker. */
+static void take_admin(struct server *s)
+{
+    int64_t now_ns = clock_now_ns(&s->clock);
+    struct request **p = &s->pending;
+    s->pending_tail = NULL;
+    while (*p != NULL) {
+        struct request *r = *p;
+        if (r->op < OP_GET) {
+            s->pending_tail = r;
+            p = &r->next;
+            continue;
+        }
+        *p = r->next;
+        r->next = NULL;
+        if (r->op != OP_LIST) {
+            answer_admin(s, r, now_ns);
+            continue;
+        }
+        if (s->lists_tail != NULL)
+            s->lists_tail->next = r;
+        else
+            s->lists = r;
+        s->lists_tail = r;
+    }
+    maybe_list(s);
+}
+
 /* Decides everything pending, batch by batch, until a commit is in
  * flight or nothing is left. */
 static void process(struct server *s)
 {
+    if (!s->committing)
+        take_admin(s);
     while (!s->committing && (s->pending != NULL || s->gc_due)) {
         int64_t now_ns = clock_now_ns(&s->clock);
         s->nchgs = 0;
@@ -419,6 +622,8 @@ struct server *server_create(uv_loop_t *loop, struct store *store,
     s->store = store;
     s->commit_work.data = s;
     s->sync_work.data = s;
+    s->list_work.data = s;
+    s->start_mono_ns = clock_mono_ns();
     clock_init(&s->clock);
     s->engine = engine_create(ttl_ns, clock_now_ns(&s->clock));
     s->chgs = calloc(MAX_BATCH + GC_MAX, sizeof(*s->chgs));
@@ -490,7 +695,7 @@ static void on_timer_closed(uv_handle_t *h)
 /* Closes once nothing is in flight. */
 static void maybe_finish_close(struct server *s)
 {
-    if (s->committing || s->syncing || s->waiting != NULL ||
+    if (s->committing || s->syncing || s->waiting != NULL || s->listing ||
         s->store == NULL)
         return;
     assert(s->pending == NULL);

@@ -69,7 +69,16 @@ struct store {
     int wal_fd; /* our own descriptor of the WAL, for store_sync */
     sqlite3_stmt *stmt[ST_COUNT];
     char errmsg[256];
+    /* A read-only connection of its own for store_list, so that a list
+     * runs beside commits (WAL readers do not block the writer). */
+    sqlite3 *reader;
+    sqlite3_stmt *list;
+    char list_errmsg[256];
 };
+
+#define LIST_SQL                                                          \
+    "SELECT session_id, owner, token, expiry_ns FROM leases "             \
+    "WHERE session_id > ?1 AND session_id >= ?2 ORDER BY session_id"
 
 static int fail(struct store *s, int err, const char *fmt, ...)
 {
@@ -203,6 +212,19 @@ int store_open(const char *path, int busy_timeout_ms, struct store **out,
     }
     if (err == STORE_OK)
         err = open_wal(s, path);
+    if (err == STORE_OK) {
+        rc = sqlite3_open_v2(path, &s->reader,
+                             SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+        if (rc == SQLITE_OK)
+            rc = sqlite3_prepare_v3(s->reader, LIST_SQL, -1,
+                                    SQLITE_PREPARE_PERSISTENT, &s->list, NULL);
+        if (rc != SQLITE_OK)
+            err = fail(s, STORE_EIO, "opening the reader: %s",
+                       s->reader != NULL ? sqlite3_errmsg(s->reader)
+                                         : "out of memory");
+        else
+            sqlite3_busy_timeout(s->reader, busy_timeout_ms);
+    }
 out:
     if (err != STORE_OK) {
         snprintf(errmsg, errmsg_len, "%s", s->errmsg);
@@ -219,6 +241,8 @@ void store_close(struct store *s)
         return;
     for (int i = 0; i < ST_COUNT; i++)
         sqlite3_finalize(s->stmt[i]);
+    sqlite3_finalize(s->list);
+    sqlite3_close(s->reader);
     sqlite3_close(s->db);
     if (s->wal_fd >= 0)
         close(s->wal_fd);
@@ -228,6 +252,21 @@ void store_close(struct store *s)
 const char *store_errmsg(const struct store *s)
 {
     return s->errmsg;
+}
+
+/* The current row of a SELECT session_id, owner, token, expiry_ns
+ * (strings valid until the next step). */
+static struct lease_row row_of(sqlite3_stmt *st)
+{
+    struct lease_row row = {
+        .session = (const char *)sqlite3_column_text(st, 0),
+        .session_len = (size_t)sqlite3_column_bytes(st, 0),
+        .owner = (const char *)sqlite3_column_text(st, 1),
+        .owner_len = (size_t)sqlite3_column_bytes(st, 1),
+        .token = (uint64_t)sqlite3_column_int64(st, 2),
+        .expiry_ns = sqlite3_column_int64(st, 3),
+    };
+    return row;
 }
 
 int store_load(struct store *s,
@@ -242,14 +281,7 @@ int store_load(struct store *s,
         return sql_fail(s, rc, "loading leases");
     int err = STORE_OK;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        struct lease_row row = {
-            .session = (const char *)sqlite3_column_text(st, 0),
-            .session_len = (size_t)sqlite3_column_bytes(st, 0),
-            .owner = (const char *)sqlite3_column_text(st, 1),
-            .owner_len = (size_t)sqlite3_column_bytes(st, 1),
-            .token = (uint64_t)sqlite3_column_int64(st, 2),
-            .expiry_ns = sqlite3_column_int64(st, 3),
-        };
+        struct lease_row row = row_of(st);
         if (row.session == NULL || row.session_len == 0 ||
             row.session_len > ENGINE_SESSION_MAX ||
             row.owner_len > ENGINE_OWNER_MAX ||
@@ -403,4 +435,44 @@ int store_set_meta(struct store *s, const char *key, int64_t value)
     return store_sync(s) == STORE_OK
                ? STORE_OK
                : fail(s, STORE_EIO, "syncing the WAL: %s", strerror(errno));
+}
+
+int store_list(struct store *s, const char *prefix, size_t prefix_len,
+               const char *after, size_t after_len, size_t limit,
+               int (*row_cb)(void *arg, const struct lease_row *row),
+               void *arg)
+{
+    sqlite3_stmt *st = s->list;
+    sqlite3_bind_text(st, 1, after, (int)after_len, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, prefix, (int)prefix_len, SQLITE_STATIC);
+    int rc, err = STORE_OK;
+    size_t n = 0;
+    /* Rows with the prefix are next to each other in session_id order:
+     * the first row without it ends the list. */
+    while (n < limit && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct lease_row row = row_of(st);
+        if (row.session == NULL || row.session_len < prefix_len ||
+            memcmp(row.session, prefix, prefix_len) != 0) {
+            rc = SQLITE_DONE;
+            break;
+        }
+        if (row.owner_len == 0)
+            continue; /* released */
+        n++;
+        if ((err = row_cb(arg, &row)) != 0)
+            break;
+    }
+    if (err == STORE_OK && n < limit && rc != SQLITE_DONE) {
+        snprintf(s->list_errmsg, sizeof(s->list_errmsg), "listing: %s",
+                 sqlite3_errmsg(s->reader));
+        err = err_of(rc);
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return err;
+}
+
+const char *store_list_errmsg(const struct store *s)
+{
+    return s->list_errmsg;
 }

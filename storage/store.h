@@ -63,6 +63,19 @@ int store_sync(struct store *s);
 int store_get_meta(struct store *s, const char *key, int64_t *value);
 int store_set_meta(struct store *s, const char *key, int64_t value);
 
+/* Calls row_cb for up to limit rows with an owner (released ones are
+ * left out) whose session starts with prefix and sorts after `after`
+ * (bytewise; "" for the start), in session order, as committed. Strings
+ * are valid during the call only; a non-zero return of row_cb stops the
+ * list and is returned. Uses a connection of its own: it may run on one
+ * thread while another commits, one list at a time; its errors are told
+ * by store_list_errmsg(). */
+int store_list(struct store *s, const char *prefix, size_t prefix_len,
+               const char *after, size_t after_len, size_t limit,
+               int (*row_cb)(void *arg, const struct lease_row *row),
+               void *arg);
+const char *store_list_errmsg(const struct store *s);
+
 /* The reason of the last error, for logs. */
 const char *store_errmsg(const struct store *s);
 

@@ -41,6 +41,7 @@ struct engine {
     size_t count;
     size_t gc_cursor; /* next bucket engine_collect looks at */
     size_t census_cursor, census_live; /* engine_census's pass so far */
+    uint64_t high_water; /* the highest token committed or loaded */
     int64_t ttl_ns;
     int64_t quarantine_end_ns;
     uint64_t floor;
@@ -246,8 +247,23 @@ int engine_load(struct engine *e, const struct lease_row *row)
     }
     en->token = row->token;
     en->expiry_ns = row->expiry_ns;
+    if (row->token > e->high_water)
+        e->high_water = row->token;
     insert(e, en);
     return ENGINE_OK;
+}
+
+uint64_t engine_high_water(const struct engine *e)
+{
+    return e->high_water > e->floor ? e->high_water : e->floor;
+}
+
+bool engine_live(const struct engine *e, const char *session,
+                 size_t session_len, int64_t now_ns)
+{
+    const struct engine_entry *en =
+        find(e, session, session_len, hash_bytes(session, session_len));
+    return en != NULL && is_live(e, en, now_ns);
 }
 
 void engine_extend_quarantine(struct engine *e, int64_t end_ns)
@@ -421,6 +437,8 @@ void engine_finish(struct engine *e, struct engine_change *chg,
 {
     struct engine_entry *en = chg->entry;
     if (committed) {
+        if (chg->kind == ENGINE_PUT && chg->after.token > e->high_water)
+            e->high_water = chg->after.token;
         if (chg->kind == ENGINE_DELETE)
             entry_free(en);
         else

@@ -163,6 +163,15 @@ void engine_finish(struct engine *e, struct engine_change *chg,
 bool engine_get(const struct engine *e, const char *session,
                 size_t session_len, struct lease_row *row);
 
+/* Whether session has a live lease at now_ns (held, and not expired or
+ * still quarantined). */
+bool engine_live(const struct engine *e, const char *session,
+                 size_t session_len, int64_t now_ns);
+
+/* The token high-water mark: the highest token ever committed or loaded,
+ * or the floor if that is higher. */
+uint64_t engine_high_water(const struct engine *e);
+
 /* Checks the invariants of every entry; aborts on a violation. For tests
  * and debug builds. */
 void engine_check(const struct engine *e);

@@ -31,27 +31,29 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 PROTO = os.path.join(ROOT, "proto")
 SERVICE = "/mecatl.driver.v1.SessionLeaseService/"
 HEALTH = "/grpc.health.v1.Health/"
+ADMIN = "/leased.admin.v1.Admin/"
 
 
 def _generate():
     out = tempfile.mkdtemp(prefix="leased-pb2-")
     atexit.register(shutil.rmtree, out, True)
     subprocess.run(
-        ["protoc", "-I", PROTO, "--python_out=" + out,
+        ["protoc", "-I", PROTO, "-I", "/usr/include", "--python_out=" + out,
          "mecatl/driver/v1/session_lease.proto",
-         "grpc/health/v1/health.proto"],
+         "grpc/health/v1/health.proto", "leased/admin/v1/admin.proto"],
         check=True)
     sys.path.insert(0, out)
     from mecatl.driver.v1 import session_lease_pb2
+    from leased.admin.v1 import admin_pb2
     # Loaded by path: "grpc" is grpcio's own package.
     spec = importlib.util.spec_from_file_location(
         "health_pb2", os.path.join(out, "grpc/health/v1/health_pb2.py"))
     health_pb2 = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(health_pb2)
-    return session_lease_pb2, health_pb2
+    return session_lease_pb2, health_pb2, admin_pb2
 
 
-pb, health_pb = _generate()
+pb, health_pb, admin_pb = _generate()
 
 
 def leased_bin():
@@ -302,6 +304,25 @@ class Client:
                       timeout=timeout)
         return stream, (health_pb.HealthCheckResponse.ServingStatus.Name(
             m.status) for m in stream)
+
+    def _admin(self, method, request, reply):
+        call = self.channel.unary_unary(ADMIN + method,
+                                        type(request).SerializeToString,
+                                        reply.FromString)
+        return call(request, timeout=self.timeout, metadata=self.metadata)
+
+    def get(self, session):
+        return self._admin("Get", admin_pb.GetRequest(session_id=session),
+                           admin_pb.GetResponse).lease
+
+    def list(self, prefix="", page_size=0, page_token=""):
+        return self._admin("List", admin_pb.ListRequest(
+            prefix=prefix, page_size=page_size, page_token=page_token),
+            admin_pb.ListResponse)
+
+    def stats(self):
+        return self._admin("Stats", admin_pb.StatsRequest(),
+                           admin_pb.StatsResponse)
 
     def raw(self, method, payload, timeout=None):
         """Sends raw bytes to SERVICE + method (or a full path)."""

@@ -4,6 +4,7 @@
 
 #include "check.h"
 #include "codec.h"
+#include "leased/admin/v1/admin.pb-c.h"
 #include "leased/codec/v1/wire.pb-c.h"
 #include "mecatl/driver/v1/session_lease.pb-c.h"
 #include "validate.h"
@@ -220,7 +221,56 @@ TEST(validate_utf8)
               NULL);
 }
 
+static size_t pack_list(const char *prefix, int32_t page_size,
+                        const char *token, uint8_t *buf)
+{
+    Leased__Admin__V1__ListRequest m = LEASED__ADMIN__V1__LIST_REQUEST__INIT;
+    m.prefix = (char *)prefix;
+    m.page_size = page_size;
+    m.page_token = (char *)token;
+    return leased__admin__v1__list_request__pack(&m, buf);
+}
+
+TEST(decode_admin_list)
+{
+    char p[128];
+    codec_method_path(OP_LIST, p, sizeof(p));
+    CHECK_STR(p, "/leased.admin.v1.Admin/List");
+    uint8_t buf[256];
+    const struct {
+        int32_t asked;
+        size_t got;
+    } sizes[] = {{0, 100}, {1, 1}, {1000, 1000}, {5000, 1000}};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        size_t n = pack_list("app/", sizes[i].asked, "app/7", buf);
+        struct request req;
+        memset(&req, 0, sizeof(req));
+        void *msg;
+        CHECK_EQ_I64(codec_decode(OP_LIST, buf, n, &req, &msg), 0);
+        CHECK_EQ_I64(req.page_size, sizes[i].got);
+        CHECK_EQ_I64(req.session_len, 4);
+        CHECK_EQ_I64(req.page_token_len, 5);
+        codec_free(msg);
+    }
+    size_t n = pack_list("", 0, "", buf); /* everything: fine */
+    struct request req;
+    memset(&req, 0, sizeof(req));
+    void *msg;
+    CHECK_EQ_I64(codec_decode(OP_LIST, buf, n, &req, &msg), 0);
+    CHECK_EQ_I64(req.session_len, 0);
+    codec_free(msg);
+    n = pack_list("", -1, "", buf);
+    CHECK(decode_fails(OP_LIST, buf, n, "page_size"));
+    n = pack_list("\xff", 0, "", buf);
+    CHECK(decode_fails(OP_LIST, buf, n, "prefix"));
+    n = pack_list("a", 0, "\xc3", buf);
+    CHECK(decode_fails(OP_LIST, buf, n, "page_token"));
+    CHECK(decode_fails(OP_GET, (const uint8_t *)"\xff\xff", 2,
+                       "malformed GetRequest"));
+}
+
 CHECK_MAIN(mirror_matches_public_proto, method_paths_from_descriptor,
            decode_acquire, decode_refuses_bad_strings,
            decode_refuses_malformed_protobuf, decode_renew_keeps_token,
-           encode_reply_reads_as_lease_response, validate_utf8)
+           encode_reply_reads_as_lease_response, validate_utf8,
+           decode_admin_list)

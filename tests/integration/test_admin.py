@@ -1,0 +1,120 @@
+"""leased's admin service (leased.admin.v1.Admin) on the real daemon: Get,
+List (paged, stable order, prefixes), Stats, and its authentication (the
+lease tokens, or its own --admin-token-file).
+"""
+import os
+import signal
+import tempfile
+import time
+
+import grpc
+
+import harness
+from harness import Leased, expect_code
+
+NOT_FOUND = grpc.StatusCode.NOT_FOUND
+UNAUTH = grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_get_live_expired_and_missing():
+    with Leased(ttl="500ms") as d:
+        c = d.client()
+        time.sleep(0.6)  # past the restart quarantine
+        a = c.acquire("g1", "alice")
+        got = c.get("g1")
+        assert (got.session_id, got.owner, got.token, got.live) == \
+            ("g1", "alice", a.token, True)
+        assert (got.expiry.seconds, got.expiry.nanos) == \
+            (a.expiry.seconds, a.expiry.nanos)
+        r = c.renew(a)
+        assert c.get("g1").expiry.ToNanoseconds() == r.expiry.ToNanoseconds()
+        time.sleep(0.6)
+        assert c.get("g1").live is False  # expired, not yet collected
+        expect_code(NOT_FOUND, c.get, "never")
+        b = c.acquire("g2", "bob")
+        c.release(b)
+        expect_code(NOT_FOUND, c.get, "g2")  # released
+        expect_code(grpc.StatusCode.INVALID_ARGUMENT, c.get, "")
+        # Get changed nothing: another owner still takes g1 over.
+        assert c.acquire("g1", "carol").token == a.token + 1
+
+
+def test_list_pages_in_a_stable_order():
+    with Leased(ttl="30s") as d:
+        c = d.client()
+        names = ["app/%03d" % i for i in range(25)] + ["other/1", "other/2"]
+        for n in reversed(names):
+            c.acquire(n, "owner-" + n)
+        c.release(c.acquire("app/zz-released", "x"))
+        seen, token, pages = [], "", 0
+        while True:
+            page = c.list("app/", page_size=10, page_token=token)
+            pages += 1
+            seen += [(l.session_id, l.owner, l.live) for l in page.leases]
+            token = page.next_page_token
+            if not token:
+                break
+        assert pages == 3
+        assert [s for s, _, _ in seen] == sorted(n for n in names
+                                                 if n.startswith("app/"))
+        assert all(o == "owner-" + s and live for s, o, live in seen)
+        everything = c.list(page_size=1000)
+        assert [l.session_id for l in everything.leases] == sorted(names)
+        assert everything.next_page_token == ""
+        assert len(c.list().leases) == 27  # page_size 0: up to 100
+        assert len(c.list("nothing-here").leases) == 0
+        expect_code(grpc.StatusCode.INVALID_ARGUMENT, c.list, "", -1)
+
+
+def test_stats():
+    with Leased(ttl="2s", args=["--metrics-listen", "127.0.0.1:0"]) as d:
+        c = d.client()
+        s0 = c.stats()
+        assert s0.storage_state == "ok"
+        assert s0.quarantine_remaining_ms > 0
+        a = c.acquire("s1", "alice")
+        c.acquire("s2", "alice")
+        c.release(c.acquire("s3", "bob"))
+        b = c.acquire("s3", "carol")
+        time.sleep(1.2)  # a census of live leases
+        s = c.stats()
+        assert s.takeovers - s0.takeovers == 4
+        assert s.token_high_water_mark == max(a.token, b.token) == 2
+        assert s.live_leases == 3
+        assert s.lease_entries == 3
+        assert s.uptime_seconds >= 1
+        assert s.version
+        with harness.WriteLock(d.db_path):
+            harness.status_of(c.acquire, "s4", "dave")
+            assert c.stats().storage_state == "failing"
+
+
+def test_admin_uses_the_lease_tokens_by_default():
+    with Leased(token="lease-tok") as d:
+        anon = harness.Client(d.channel())
+        expect_code(UNAUTH, anon.stats)
+        expect_code(UNAUTH, anon.get, "x")
+        assert d.client().stats().storage_state == "ok"
+
+
+def test_admin_token_file_of_its_own():
+    with tempfile.TemporaryDirectory(prefix="leased-admin-") as tmp:
+        admin = os.path.join(tmp, "admin-tokens")
+        harness.write_private(admin, "admin-tok\n")
+        with Leased(token="lease-tok",
+                    args=["--admin-token-file", admin]) as d:
+            ch = d.channel()
+            lease_c = harness.Client(ch, token="lease-tok")
+            admin_c = harness.Client(ch, token="admin-tok")
+            lease_c.acquire("a", "alice")
+            assert admin_c.get("a").owner == "alice"
+            expect_code(UNAUTH, lease_c.get, "a")  # not an admin token
+            expect_code(UNAUTH, admin_c.acquire, "b", "x")  # nor for leases
+            harness.write_private(admin, "admin-tok-2\n")
+            d.proc.send_signal(signal.SIGHUP)
+            d.wait_log(r"msg=reloaded what=admin_tokens count=1")
+            expect_code(UNAUTH, admin_c.stats)
+            assert harness.Client(ch, token="admin-tok-2").stats().version
+
+
+harness.main(globals())
