@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "addr.h"
+#include "duration.h"
 #include "version.h"
 
 #define NS_PER_MS INT64_C(1000000)
@@ -90,46 +91,6 @@ static int fail(char *errmsg, size_t len, const char *fmt, ...)
     return CONFIG_ERROR;
 }
 
-int config_parse_duration(const char *text, int64_t *ns)
-{
-    static const struct {
-        const char *unit;
-        int64_t ns;
-    } units[] = {{"ms", NS_PER_MS},
-                 {"s", 1000 * NS_PER_MS},
-                 {"m", 60 * 1000 * NS_PER_MS},
-                 {"h", 3600 * 1000 * NS_PER_MS}};
-    const char *p = text;
-    int64_t total = 0;
-    if (*p == '\0')
-        return -1;
-    while (*p != '\0') {
-        if (*p < '0' || *p > '9')
-            return -1;
-        errno = 0;
-        char *end;
-        unsigned long long n = strtoull(p, &end, 10);
-        if (errno != 0 || n > 100000000)
-            return -1;
-        size_t i;
-        for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-            size_t ul = strlen(units[i].unit);
-            /* "m" must not match the start of "ms". */
-            if (strncmp(end, units[i].unit, ul) == 0 &&
-                !(ul == 1 && end[0] == 'm' && end[1] == 's'))
-                break;
-        }
-        if (i == sizeof(units) / sizeof(units[0]))
-            return -1;
-        total += (int64_t)n * units[i].ns;
-        if (total > 1000 * TTL_MAX_NS)
-            return -1;
-        p = end + strlen(units[i].unit);
-    }
-    *ns = total;
-    return 0;
-}
-
 /* Applies one option; `what` names it for messages ("--ttl 50ms",
  * "LEASED_TTL=50ms"). */
 static int set_option(struct config *cfg, int opt, const char *val,
@@ -206,7 +167,7 @@ static int set_option(struct config *cfg, int opt, const char *val,
         int64_t ns = 0;
         bool never_ok = opt == 'i' || opt == 'a';
         bool never = never_ok && strcmp(val, "0") == 0;
-        if (!never && (config_parse_duration(val, &ns) != 0 ||
+        if (!never && (duration_parse(val, &ns) != 0 ||
                        ns < 100 * NS_PER_MS || ns > 24 * TTL_MAX_NS))
             return fail(errmsg, len, "%s: want a duration from 100ms to 24h%s",
                         what, never_ok ? ", or 0 for never" : "");
@@ -236,7 +197,7 @@ static int set_option(struct config *cfg, int opt, const char *val,
         cfg->data_dir = val;
         return CONFIG_OK;
     case 't':
-        if (config_parse_duration(val, &cfg->ttl_ns) != 0 ||
+        if (duration_parse(val, &cfg->ttl_ns) != 0 ||
             cfg->ttl_ns < TTL_MIN_NS || cfg->ttl_ns > TTL_MAX_NS)
             return fail(errmsg, len,
                         "%s: want a duration from 100ms to 1h "

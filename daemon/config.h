@@ -51,8 +51,4 @@ enum config_result {
 int config_parse(struct config *cfg, int argc, char **argv, char *errmsg,
                  size_t errmsg_len);
 
-/* Parses a duration: digits and a unit (ms, s, m, h), repeated ("1m30s").
- * Returns 0 and sets *ns, or -1. */
-int config_parse_duration(const char *text, int64_t *ns);
-
 #endif

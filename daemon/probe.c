@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "duration.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "unary.h"
 
@@ -105,7 +106,7 @@ int main(int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
         switch (opt) {
         case 't':
-            if (config_parse_duration(optarg, &timeout_ns) != 0)
+            if (duration_parse(optarg, &timeout_ns) != 0)
                 goto bad;
             break;
         case 'a':

@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -112,7 +114,9 @@ TEST(tls_and_token_refusals)
     CHECK(daemon_start(&d, "5s", "--tls-cert", cert("server.pem"),
                        "--tls-key", cert("server.key"), "--auth-token-file",
                        cert("tokens"), NULL) == 0);
-    struct lease_grpc_options good = {.tls_ca_file = cert("ca.pem"),
+    /* A short deadline: refused connections are retried until then. */
+    struct lease_grpc_options good = {.timeout_ms = 1000,
+                                      .tls_ca_file = cert("ca.pem"),
                                       .token = "tok-123"};
     CHECK_EQ_I64(acquire(d.addr, &good, "a"), LEASE_OK);
     /* No token, a wrong one: the server says UNAUTHENTICATED. */
@@ -146,7 +150,8 @@ TEST(mutual_tls)
     CHECK(daemon_start(&d, "5s", "--tls-cert", cert("server.pem"),
                        "--tls-key", cert("server.key"), "--tls-client-ca",
                        cert("ca.pem"), NULL) == 0);
-    struct lease_grpc_options o = {.tls_ca_file = cert("ca.pem"),
+    struct lease_grpc_options o = {.timeout_ms = 1000,
+                                   .tls_ca_file = cert("ca.pem"),
                                    .tls_cert_file = cert("client1.pem"),
                                    .tls_key_file = cert("client1.key")};
     CHECK_EQ_I64(acquire(d.addr, &o, "m"), LEASE_OK);
@@ -213,14 +218,57 @@ TEST(failover_to_the_next_target)
     CHECK_EQ_I64(b.token, a.token);
     CHECK_EQ_I64(lease_acquire(c, "f", "bob", &b), LEASE_EHELD);
     lease_client_destroy(c);
-    /* Every target down: unavailable, within the deadline. */
+    /* Every target down: unavailable, at the deadline. */
     snprintf(targets, sizeof(targets), "127.0.0.1:%d,127.0.0.1:%d",
              dead_port(), dead_port());
+    o.timeout_ms = 800;
     CHECK_EQ_I64(lease_grpc_open(targets, &o, &c), LEASE_OK);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     CHECK_EQ_I64(lease_acquire(c, "f", "bob", &b), LEASE_EUNAVAILABLE);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double took = (double)(t1.tv_sec - t0.tv_sec) +
+                  (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    CHECK(took > 0.5 && took < 3.0);
     lease_client_destroy(c);
     CHECK_EQ_I64(daemon_stop(&d), 0);
 }
 
+/* A server that restarts within the deadline: the call waits it out. */
+TEST(restart_within_the_deadline_is_ridden_out)
+{
+    struct daemon_proc d;
+    CHECK(daemon_start(&d, "5s", NULL) == 0);
+    struct lease_grpc_options o = {.timeout_ms = 5000};
+    struct lease_client *c;
+    CHECK_EQ_I64(lease_grpc_open(d.addr, &o, &c), LEASE_OK);
+    struct lease a, b;
+    CHECK_EQ_I64(lease_acquire(c, "r", "alice", &a), LEASE_OK);
+    char addr[128];
+    snprintf(addr, sizeof(addr), "%s", d.addr);
+    CHECK_EQ_I64(daemon_stop(&d), 0);
+    /* Back on the same port a second later (a new data directory is fine
+     * here: only the connection matters), while the call below waits. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct timespec pause = {1, 0};
+        nanosleep(&pause, NULL);
+        char data[] = "/tmp/leased-restart-XXXXXX";
+        if (mkdtemp(data) == NULL)
+            _exit(1);
+        execl(getenv("LEASED_BIN"), "leased", "--listen", addr,
+              "--data-dir", data, (char *)NULL);
+        _exit(127);
+    }
+    CHECK(pid > 0);
+    CHECK_EQ_I64(lease_acquire(c, "r2", "bob", &b), LEASE_OK);
+    lease_client_destroy(c);
+    kill(pid, SIGTERM);
+    int status;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 CHECK_MAIN(tls_and_token_pass_the_conformance_suite, tls_and_token_refusals,
-           mutual_tls, open_checks_its_options, failover_to_the_next_target)
+           mutual_tls, open_checks_its_options, failover_to_the_next_target,
+           restart_within_the_deadline_is_ridden_out)

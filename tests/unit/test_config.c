@@ -4,20 +4,21 @@
 #include "check.h"
 #include "addr.h"
 #include "config.h"
+#include "duration.h"
 
 #define MS INT64_C(1000000)
 
 TEST(durations)
 {
     int64_t ns;
-    CHECK(config_parse_duration("500ms", &ns) == 0 && ns == 500 * MS);
-    CHECK(config_parse_duration("3s", &ns) == 0 && ns == 3000 * MS);
-    CHECK(config_parse_duration("1m", &ns) == 0 && ns == 60000 * MS);
-    CHECK(config_parse_duration("1h", &ns) == 0 && ns == 3600000 * MS);
-    CHECK(config_parse_duration("1m30s", &ns) == 0 && ns == 90000 * MS);
+    CHECK(duration_parse("500ms", &ns) == 0 && ns == 500 * MS);
+    CHECK(duration_parse("3s", &ns) == 0 && ns == 3000 * MS);
+    CHECK(duration_parse("1m", &ns) == 0 && ns == 60000 * MS);
+    CHECK(duration_parse("1h", &ns) == 0 && ns == 3600000 * MS);
+    CHECK(duration_parse("1m30s", &ns) == 0 && ns == 90000 * MS);
     const char *bad[] = {"", "5", "s", "1x", "-1s", "1.5s", "1s ", "ms"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        CHECK(config_parse_duration(bad[i], &ns) != 0);
+        CHECK(duration_parse(bad[i], &ns) != 0);
 }
 
 TEST(listen_addresses)

@@ -1,0 +1,249 @@
+/* Targets, TLS, token and failover of a lease service client (see
+ * conn.h). */
+#include "conn.h"
+
+#include <grpc/grpc_security.h>
+#include <grpc/support/time.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "addr.h"
+#include "unary.h"
+
+#define DEFAULT_TIMEOUT_MS 5000
+#define PEM_MAX (1024 * 1024)
+#define TOKEN_MAX 4096
+#define RECONNECT_MIN_MS 100
+#define RECONNECT_MAX_MS 1000
+#define RETRY_PAUSE_MS 100 /* between rounds over unavailable targets */
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int fail(char *errmsg, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errmsg, len, fmt, ap);
+    va_end(ap);
+    return LEASE_EINVAL;
+}
+
+static char *read_pem(const char *path)
+{
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return NULL;
+    char *buf = malloc(PEM_MAX + 1);
+    size_t n = buf != NULL ? fread(buf, 1, PEM_MAX, f) : 0;
+    bool bad = ferror(f) || n == 0;
+    fclose(f);
+    if (buf == NULL || bad) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* The channel credentials o asks for; NULL with errmsg set. */
+static grpc_channel_credentials *
+credentials(const struct lease_grpc_options *o, char *errmsg, size_t len)
+{
+    if (o == NULL || o->tls_ca_file == NULL) {
+        if (o != NULL && (o->tls_cert_file || o->tls_key_file)) {
+            fail(errmsg, len, "a client certificate needs tls_ca_file (TLS)");
+            return NULL;
+        }
+        return grpc_insecure_credentials_create();
+    }
+    if ((o->tls_cert_file == NULL) != (o->tls_key_file == NULL)) {
+        fail(errmsg, len, "tls_cert_file and tls_key_file go together");
+        return NULL;
+    }
+    const char *files[3] = {o->tls_ca_file, o->tls_cert_file,
+                            o->tls_key_file};
+    char *pem[3] = {NULL, NULL, NULL};
+    grpc_channel_credentials *creds = NULL;
+    size_t i;
+    for (i = 0; i < 3; i++) {
+        if (files[i] != NULL && (pem[i] = read_pem(files[i])) == NULL)
+            break;
+    }
+    if (i < 3) {
+        fail(errmsg, len, "cannot read %s", files[i]);
+    } else {
+        grpc_ssl_pem_key_cert_pair pair = {pem[2], pem[1]};
+        creds = grpc_ssl_credentials_create_ex(
+            pem[0], pem[1] != NULL ? &pair : NULL, NULL, NULL);
+        if (creds == NULL)
+            fail(errmsg, len, "bad TLS files");
+    }
+    if (pem[2] != NULL)
+        explicit_bzero(pem[2], strlen(pem[2]));
+    for (i = 0; i < 3; i++)
+        free(pem[i]);
+    return creds;
+}
+
+static bool token_ok(const char *t)
+{
+    size_t n = strlen(t);
+    if (n == 0 || n > TOKEN_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = t[i];
+        if (!((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
+              (ch >= '0' && ch <= '9') || strchr("-._~+/=", ch) != NULL))
+            return false;
+    }
+    return true;
+}
+
+/* Splits target at commas into c->channels, each checked against the
+ * plaintext rule unless TLS. */
+static int open_targets(struct conn *c, const char *target,
+                        const struct lease_grpc_options *o,
+                        grpc_channel_credentials *creds, char *errmsg,
+                        size_t len)
+{
+    bool tls = o != NULL && o->tls_ca_file != NULL;
+    /* Reconnect soon after a server comes back (a restart takes about a
+     * second, far less than a TTL): gRPC would otherwise back off for up
+     * to two minutes, and a holder's renewals fail meanwhile. */
+    grpc_arg args_v[4] = {
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+         .value.integer = RECONNECT_MIN_MS},
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+         .value.integer = RECONNECT_MAX_MS},
+        /* gRPC 1.51 connects again only after resolving the name again,
+         * which it does at most every 30 s by default. */
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS,
+         .value.integer = RECONNECT_MAX_MS},
+        {.type = GRPC_ARG_STRING, .key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG},
+    };
+    grpc_channel_args args = {3, args_v};
+    if (tls && o->tls_server_name != NULL) {
+        args_v[3].value.string = (char *)o->tls_server_name;
+        args.num_args = 4;
+    }
+    const char *p = target;
+    for (;;) {
+        size_t n = strcspn(p, ",");
+        char one[512], why[200];
+        if (n == 0 || n >= sizeof(one))
+            return fail(errmsg, len,
+                        "target %s: an empty or too long address", target);
+        if (c->ntargets == CONN_MAX_TARGETS)
+            return fail(errmsg, len, "target %s: more than %d addresses",
+                        target, CONN_MAX_TARGETS);
+        memcpy(one, p, n);
+        one[n] = '\0';
+        bool plaintext_ok;
+        if (addr_check(one, &plaintext_ok, why, sizeof(why)) != 0)
+            return fail(errmsg, len, "target %s: %s", one, why);
+        if (!plaintext_ok && !tls)
+            return fail(errmsg, len,
+                        "target %s: not a loopback address: plaintext is "
+                        "allowed only on loopback or a unix socket (give "
+                        "tls_ca_file for TLS)",
+                        one);
+        c->channels[c->ntargets++] = grpc_channel_create(one, creds, &args);
+        if (p[n] == '\0')
+            return LEASE_OK;
+        p += n + 1;
+    }
+}
+
+int conn_open(struct conn *c, const char *target,
+              const struct lease_grpc_options *o, char *errmsg, size_t len)
+{
+    grpc_init();
+    c->timeout_ms = o != NULL && o->timeout_ms > 0 ? o->timeout_ms
+                                                   : DEFAULT_TIMEOUT_MS;
+    int err = LEASE_OK;
+    if (target == NULL)
+        err = fail(errmsg, len, "target is NULL");
+    else if (o != NULL && o->token != NULL && !token_ok(o->token))
+        err = fail(errmsg, len, "token: 1..%d characters of A-Z a-z 0-9 "
+                                "-._~+/=", TOKEN_MAX);
+    if (err == LEASE_OK && o != NULL && o->token != NULL) {
+        char value[TOKEN_MAX + 8];
+        snprintf(value, sizeof(value), "Bearer %s", o->token);
+        c->auth.key = grpc_slice_from_static_string("authorization");
+        c->auth.value = grpc_slice_from_copied_string(value);
+        explicit_bzero(value, sizeof(value));
+        c->has_token = true;
+    }
+    grpc_channel_credentials *creds =
+        err == LEASE_OK ? credentials(o, errmsg, len) : NULL;
+    if (err == LEASE_OK)
+        err = creds != NULL
+                  ? open_targets(c, target, o, creds, errmsg, len)
+                  : LEASE_EINVAL;
+    if (creds != NULL)
+        grpc_channel_credentials_release(creds);
+    if (err != LEASE_OK)
+        conn_close(c);
+    return err;
+}
+
+void conn_close(struct conn *c)
+{
+    for (size_t t = 0; t < c->ntargets; t++)
+        grpc_channel_destroy(c->channels[t]);
+    c->ntargets = 0;
+    if (c->has_token) {
+        grpc_slice_unref(c->auth.key);
+        grpc_slice_unref(c->auth.value);
+        c->has_token = false;
+    }
+    grpc_shutdown();
+}
+
+grpc_status_code conn_call(struct conn *c, const char *path,
+                           const ProtobufCMessage *req,
+                           const ProtobufCMessageDescriptor *desc,
+                           ProtobufCMessage **resp, char *details,
+                           size_t details_len)
+{
+    int64_t start = mono_ms();
+    gpr_timespec deadline =
+        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                     gpr_time_from_millis(c->timeout_ms, GPR_TIMESPAN));
+    size_t first = atomic_load(&c->current);
+    grpc_status_code status = GRPC_STATUS_UNAVAILABLE;
+    /* Every target in turn while they are UNAVAILABLE, and again after a
+     * pause, until the deadline: a server restarting (about a second)
+     * is ridden out, a server that stays away gives UNAVAILABLE with its
+     * reason at the deadline. Lease calls are safe to repeat. */
+    for (;;) {
+        for (size_t k = 0; k < c->ntargets; k++) {
+            size_t t = (first + k) % c->ntargets;
+            status = unary_call(c->channels[t], path,
+                                c->has_token ? &c->auth : NULL,
+                                c->has_token, req, desc, deadline, resp,
+                                details, details_len);
+            if (status != GRPC_STATUS_UNAVAILABLE) {
+                if (t != first)
+                    atomic_store(&c->current, t);
+                return status;
+            }
+        }
+        int64_t left = c->timeout_ms - (mono_ms() - start);
+        if (left <= RETRY_PAUSE_MS)
+            return status;
+        struct timespec ts = {0, RETRY_PAUSE_MS * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}

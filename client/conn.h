@@ -1,0 +1,51 @@
+/*
+ * A connection to a lease service as liblease's options describe it
+ * (struct lease_grpc_options): one gRPC channel per target of a
+ * comma-separated list, plaintext only to loopback and unix sockets, TLS
+ * with an optional client certificate otherwise, an optional bearer
+ * token; and unary calls with failover on UNAVAILABLE. Shared by the gRPC
+ * driver and leasectl. Internal (not in lease.h).
+ */
+#ifndef LEASED_CONN_H
+#define LEASED_CONN_H
+
+#include <grpc/grpc.h>
+#include <protobuf-c/protobuf-c.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lease.h"
+
+#define CONN_MAX_TARGETS 8
+
+struct conn {
+    grpc_channel *channels[CONN_MAX_TARGETS];
+    size_t ntargets;
+    atomic_size_t current; /* the target that answered last */
+    int64_t timeout_ms;
+    grpc_metadata auth; /* authorization: Bearer …, when has_token */
+    bool has_token;
+};
+
+/* Opens c (zeroed by the caller) to target with opts (may be NULL; read
+ * during the call only); calls grpc_init(). Returns LEASE_OK, or
+ * LEASE_EINVAL with the reason in errmsg (len bytes) and c closed. */
+int conn_open(struct conn *c, const char *target,
+              const struct lease_grpc_options *opts, char *errmsg,
+              size_t len);
+
+/* Closes the channels; grpc_shutdown(). */
+void conn_close(struct conn *c);
+
+/* One unary call within the timeout: while targets answer UNAVAILABLE,
+ * the next one, and rounds again after a short pause until the timeout;
+ * as unary_call() otherwise. */
+grpc_status_code conn_call(struct conn *c, const char *path,
+                           const ProtobufCMessage *req,
+                           const ProtobufCMessageDescriptor *desc,
+                           ProtobufCMessage **resp, char *details,
+                           size_t details_len);
+
+#endif

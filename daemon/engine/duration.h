@@ -1,0 +1,13 @@
+/*
+ * Durations as leased's flags and leasectl take them: digits and a unit
+ * (ms, s, m, h), repeated ("1m30s"), up to 1000 hours.
+ */
+#ifndef LEASED_DURATION_H
+#define LEASED_DURATION_H
+
+#include <stdint.h>
+
+/* Returns 0 and sets *ns, or -1. */
+int duration_parse(const char *text, int64_t *ns);
+
+#endif
