@@ -18,7 +18,8 @@
 #define TOKEN_MAX 4096
 #define RECONNECT_MIN_MS 100
 #define RECONNECT_MAX_MS 1000
-#define RETRY_PAUSE_MS 100 /* between rounds over unavailable targets */
+#define RETRY_PAUSE_MS 100 /* no new round with less time left */
+#define WAIT_SLICE_MS 250  /* waiting for one target to connect */
 
 static int64_t mono_ms(void)
 {
@@ -211,39 +212,58 @@ void conn_close(struct conn *c)
     grpc_shutdown();
 }
 
+/* deadline, or slice from now if sooner. */
+static gpr_timespec deadline_in(int64_t end_ms, int64_t slice_ms)
+{
+    int64_t now = mono_ms();
+    int64_t until = now + slice_ms < end_ms ? now + slice_ms : end_ms;
+    return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                        gpr_time_from_millis(until - now, GPR_TIMESPAN));
+}
+
 grpc_status_code conn_call(struct conn *c, const char *path,
                            const ProtobufCMessage *req,
                            const ProtobufCMessageDescriptor *desc,
                            ProtobufCMessage **resp, char *details,
                            size_t details_len)
 {
-    int64_t start = mono_ms();
-    gpr_timespec deadline =
-        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                     gpr_time_from_millis(c->timeout_ms, GPR_TIMESPAN));
+    int64_t end = mono_ms() + c->timeout_ms;
     size_t first = atomic_load(&c->current);
-    grpc_status_code status = GRPC_STATUS_UNAVAILABLE;
-    /* Every target in turn while they are UNAVAILABLE, and again after a
-     * pause, until the deadline: a server restarting (about a second)
-     * is ridden out, a server that stays away gives UNAVAILABLE with its
-     * reason at the deadline. Lease calls are safe to repeat. */
-    for (;;) {
-        for (size_t k = 0; k < c->ntargets; k++) {
+    const grpc_metadata *md = c->has_token ? &c->auth : NULL;
+    /* First every target at once, failing fast: a live one answers, or
+     * the next is tried. */
+    for (size_t k = 0; k < c->ntargets; k++) {
+        size_t t = (first + k) % c->ntargets;
+        grpc_status_code status =
+            unary_call(c->channels[t], path, md, c->has_token, false, req,
+                       desc, deadline_in(end, c->timeout_ms), resp, details,
+                       details_len);
+        if (status != GRPC_STATUS_UNAVAILABLE) {
+            if (t != first)
+                atomic_store(&c->current, t);
+            return status;
+        }
+    }
+    /* All unavailable: until the deadline, in turn, wait a while for
+     * each to connect (a server restarting takes about a second; gRPC
+     * 1.51 connects again only for calls that wait). The first round's
+     * reason is the one reported if none comes back. */
+    char why[256];
+    snprintf(why, sizeof(why), "%s", details);
+    while (mono_ms() + RETRY_PAUSE_MS < end) {
+        for (size_t k = 0; k < c->ntargets && mono_ms() < end; k++) {
             size_t t = (first + k) % c->ntargets;
-            status = unary_call(c->channels[t], path,
-                                c->has_token ? &c->auth : NULL,
-                                c->has_token, req, desc, deadline, resp,
-                                details, details_len);
-            if (status != GRPC_STATUS_UNAVAILABLE) {
+            grpc_status_code status = unary_call(
+                c->channels[t], path, md, c->has_token, true, req, desc,
+                deadline_in(end, WAIT_SLICE_MS), resp, details, details_len);
+            if (status != GRPC_STATUS_UNAVAILABLE &&
+                status != GRPC_STATUS_DEADLINE_EXCEEDED) {
                 if (t != first)
                     atomic_store(&c->current, t);
                 return status;
             }
         }
-        int64_t left = c->timeout_ms - (mono_ms() - start);
-        if (left <= RETRY_PAUSE_MS)
-            return status;
-        struct timespec ts = {0, RETRY_PAUSE_MS * 1000000L};
-        nanosleep(&ts, NULL);
     }
+    snprintf(details, details_len, "%s", why);
+    return GRPC_STATUS_UNAVAILABLE;
 }

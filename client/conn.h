@@ -40,7 +40,8 @@ int conn_open(struct conn *c, const char *target,
 void conn_close(struct conn *c);
 
 /* One unary call within the timeout: while targets answer UNAVAILABLE,
- * the next one, and rounds again after a short pause until the timeout;
+ * the next one; when all did, rounds of waiting a little for each to
+ * connect, until the timeout (then UNAVAILABLE with the first reason);
  * as unary_call() otherwise. */
 grpc_status_code conn_call(struct conn *c, const char *path,
                            const ProtobufCMessage *req,

@@ -149,6 +149,80 @@ struct lease_backend {
 struct lease_client *lease_client_create(const struct lease_backend *backend,
                                          void *impl);
 
+/* ---- The keeper ----------------------------------------------------- */
+
+/* A keeper holds one lease for a server that owns a session: it acquires
+ * it, renews it on a thread of its own at about a third of the TTL (less
+ * a random tenth, so that many keepers do not renew in step), says when
+ * it is lost or the service is in trouble, and releases it on stop.
+ *
+ * The lease is trusted until its local deadline: the send time of the
+ * last successful renewal (or the acquire) plus the TTL, less a margin.
+ * Between renewals, lease_keeper_valid() is that check; act on the
+ * session only while it says true. */
+struct lease_keeper;
+struct lease_keeper_set;
+
+struct lease_keeper_callbacks {
+    /* The lease is lost: a renewal was refused (err LEASE_EHELD: another
+     * owner took it over after it expired), or no renewal succeeded
+     * before the local deadline (err LEASE_EUNAVAILABLE or
+     * LEASE_EDEADLINE). Stop working on the session; the keeper will not
+     * release it. Called once, on the keeper's thread. May be NULL. */
+    void (*lost)(void *arg, const struct lease *l, int err);
+    /* A renewal failed but the lease is still trusted (until the local
+     * deadline); the keeper retries. Called on the keeper's thread.
+     * May be NULL. */
+    void (*trouble)(void *arg, const struct lease *l, int err,
+                    const char *why);
+    void *arg;
+};
+
+struct lease_keeper_options {
+    /* The service's TTL; 0: learned from the first grant (its expiry
+     * minus this host's clock, which assumes the clocks agree). */
+    int64_t ttl_ns;
+    /* Taken off the local deadline; 0: a tenth of the TTL. */
+    int64_t margin_ns;
+    /* A monotonic clock in ns for tests; NULL: CLOCK_MONOTONIC. With a
+     * clock of your own the keeper looks at it every few milliseconds. */
+    int64_t (*now_ns)(void *arg);
+    void *clock_arg;
+    /* A set to join (see lease_keeper_set_create); may be NULL. */
+    struct lease_keeper_set *set;
+};
+
+/* Acquires session for owner through c (borrowed: it must outlive the
+ * keeper) and starts keeping it. LEASE_EHELD (or any failure) returns at
+ * once, with no keeper. opts and callbacks may be NULL; strings are
+ * copied. On LEASE_OK, *granted (may be NULL) is the lease. */
+int lease_keeper_start(struct lease_client *c, const char *session_id,
+                       const char *owner,
+                       const struct lease_keeper_options *opts,
+                       const struct lease_keeper_callbacks *cb,
+                       struct lease_keeper **out, struct lease *granted);
+
+/* Whether the lease may still be trusted: not lost, and its local
+ * deadline not passed. Any thread. */
+int lease_keeper_valid(struct lease_keeper *k);
+
+/* The lease as last granted (the token a fencing check needs). */
+void lease_keeper_lease(struct lease_keeper *k, struct lease *out);
+
+/* Stops renewing, releases the lease unless it was lost (with the
+ * client's own call deadline, whatever the caller is doing), and frees
+ * the keeper. Returns the release's result (LEASE_OK when lost). Accepts
+ * NULL. Not from a callback. */
+int lease_keeper_stop(struct lease_keeper *k);
+
+/* A set of keepers, so that shutting down releases every lease still
+ * held. */
+struct lease_keeper_set *lease_keeper_set_create(void);
+
+/* Stops every keeper still in the set (releasing their leases), then
+ * frees it. Accepts NULL. */
+void lease_keeper_set_destroy(struct lease_keeper_set *s);
+
 /* ---- The conformance suite ------------------------------------------ */
 
 /* What the suite needs to drive a backend. */

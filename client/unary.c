@@ -8,6 +8,7 @@
 
 grpc_status_code unary_call(grpc_channel *ch, const char *path,
                             const grpc_metadata *md, size_t nmd,
+                            bool wait_for_ready,
                             const ProtobufCMessage *req,
                             const ProtobufCMessageDescriptor *desc,
                             gpr_timespec deadline, ProtobufCMessage **resp,
@@ -36,6 +37,9 @@ grpc_status_code unary_call(grpc_channel *ch, const char *path,
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[0].data.send_initial_metadata.count = nmd;
     ops[0].data.send_initial_metadata.metadata = (grpc_metadata *)md;
+    if (wait_for_ready)
+        ops[0].flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY |
+                       GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = send;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;

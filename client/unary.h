@@ -8,17 +8,21 @@
 #include <grpc/grpc.h>
 #include <grpc/support/time.h>
 #include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Calls path on ch with the message req and waits until the call ends or
  * deadline (on its own completion queue, so any number of threads may
- * call at once), with the nmd metadata md (may be NULL). On
+ * call at once), with the nmd metadata md (may be NULL). wait_for_ready:
+ * while the channel is not connected, wait for it (and have it connect)
+ * until the deadline, rather than fail at once. On
  * GRPC_STATUS_OK, *resp is the reply unpacked with desc
  * (free it with protobuf_c_message_free_unpacked); a reply that is
  * missing or does not decode gives GRPC_STATUS_INTERNAL and *resp NULL.
  * details (details_len bytes) gets the status text, "" when none. */
 grpc_status_code unary_call(grpc_channel *ch, const char *path,
                             const grpc_metadata *md, size_t nmd,
+                            bool wait_for_ready,
                             const ProtobufCMessage *req,
                             const ProtobufCMessageDescriptor *desc,
                             gpr_timespec deadline, ProtobufCMessage **resp,

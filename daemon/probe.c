@@ -79,7 +79,7 @@ static int check(grpc_channel *ch, gpr_timespec deadline)
     ProtobufCMessage *resp;
     char details[256];
     grpc_status_code status = unary_call(
-        ch, "/grpc.health.v1.Health/Check", NULL, 0, &req.base,
+        ch, "/grpc.health.v1.Health/Check", NULL, 0, false, &req.base,
         &grpc__health__v1__health_check_response__descriptor, deadline, &resp,
         details, sizeof(details));
     if (status != GRPC_STATUS_OK) {

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -269,6 +270,74 @@ TEST(restart_within_the_deadline_is_ridden_out)
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+static atomic_int keeper_lost;
+
+static void trace_trouble(void *arg, const struct lease *l, int err,
+                          const char *why)
+{
+    (void)arg, (void)l;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    fprintf(stderr, "TROUBLE %ld.%03ld err=%d %s\n", (long)ts.tv_sec % 100,
+            ts.tv_nsec / 1000000, err, why);
+}
+
+static void count_lost(void *arg, const struct lease *l, int err)
+{
+    (void)arg, (void)l, (void)err;
+    atomic_fetch_add(&keeper_lost, 1);
+}
+
+/* kill -9 of the daemon, back a second later on the same data: the
+ * keeper rides it out (the restart quarantine keeps the lease its
+ * owner's) and never reports the lease lost. */
+TEST(keeper_rides_out_a_daemon_kill9)
+{
+    struct daemon_proc d;
+    CHECK(daemon_start(&d, "3s", NULL) == 0);
+    struct lease_client *c;
+    struct lease_grpc_options o = {.timeout_ms = 1000};
+    CHECK_EQ_I64(lease_grpc_open(d.addr, &o, &c), LEASE_OK);
+    struct lease_keeper_callbacks cb = {count_lost, trace_trouble, NULL};
+    struct lease_keeper_options ko = {.ttl_ns = 3 * INT64_C(1000000000)};
+    struct lease_keeper *k;
+    struct lease first;
+    CHECK_EQ_I64(lease_keeper_start(c, "kept", "keeper-1", &ko, &cb, &k,
+                                    &first),
+                 LEASE_OK);
+    kill(d.pid, SIGKILL);
+    waitpid(d.pid, NULL, 0);
+    d.pid = 0;
+    struct timespec second = {1, 0};
+    nanosleep(&second, NULL);
+    char data[128];
+    snprintf(data, sizeof(data), "%s/data", d.dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(getenv("LEASED_BIN"), "leased", "--listen", d.addr,
+              "--data-dir", data, "--ttl", "3s", (char *)NULL);
+        _exit(127);
+    }
+    struct timespec wait = {5, 0}; /* more than a TTL */
+    nanosleep(&wait, NULL);
+    CHECK(lease_keeper_valid(k));
+    CHECK_EQ_I64(atomic_load(&keeper_lost), 0);
+    struct lease now, other;
+    lease_keeper_lease(k, &now);
+    CHECK_EQ_I64(now.token, first.token);
+    CHECK_EQ_I64(lease_acquire(c, "kept", "rival", &other), LEASE_EHELD);
+    CHECK_EQ_I64(lease_keeper_stop(k), LEASE_OK);
+    CHECK_EQ_I64(lease_acquire(c, "kept", "rival", &other), LEASE_OK);
+    CHECK(other.token > first.token);
+    lease_client_destroy(c);
+    kill(pid, SIGTERM);
+    int status;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    daemon_stop(&d); /* removes the directory */
+}
+
 CHECK_MAIN(tls_and_token_pass_the_conformance_suite, tls_and_token_refusals,
            mutual_tls, open_checks_its_options, failover_to_the_next_target,
-           restart_within_the_deadline_is_ridden_out)
+           restart_within_the_deadline_is_ridden_out,
+           keeper_rides_out_a_daemon_kill9)
