@@ -9,6 +9,7 @@
  *                        mecatl.driver.v1.SessionLeaseService protocol)
  *   lease_memory_open()  in this process, with a clock you control; for
  *                        tests and single-process programs
+ *   lease_file_open()    a directory shared by the processes of one host
  *   lease_client_create() a backend of your own (struct lease_backend)
  *
  * Every function returns 0 (LEASE_OK) or a negative enum lease_err;
@@ -127,6 +128,22 @@ int lease_grpc_open(const char *target, const struct lease_grpc_options *opts,
  * must never go back; NULL means CLOCK_REALTIME). Nothing is persisted. */
 int lease_memory_open(int64_t ttl_ns, int64_t (*now_ns)(void *arg),
                       void *arg, struct lease_client **out);
+
+/* ---- The file-lock backend ------------------------------------------- */
+
+/* Opens a lease table kept in directory dir (created with mode 0700 if
+ * missing; create it yourself to share it between users), for the
+ * processes of one host, with no daemon. Each call locks the session's
+ * lock file (flock), and writes its record atomically and durably (a
+ * temporary file, fsync, rename, fsync of the directory): tokens never go
+ * down across crashes or power loss, and a release keeps the token.
+ * Leases live ttl_ns on the clock now_ns(arg) (wall time in ns since the
+ * epoch, shared by every process using dir; NULL: CLOCK_REALTIME). dir is
+ * copied. Records are never removed (one small file and a lock file per
+ * session ever used). */
+int lease_file_open(const char *dir, int64_t ttl_ns,
+                    int64_t (*now_ns)(void *arg), void *arg,
+                    struct lease_client **out);
 
 /* ---- Backends of your own ------------------------------------------- */
 

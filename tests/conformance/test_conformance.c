@@ -1,8 +1,9 @@
 /*
- * One conformance suite (liblease's lease_conformance_run), several
- * targets: the in-memory backend on a fake clock, and the real leased
- * through the gRPC driver on a short TTL with real sleeps.
+ * One conformance suite (liblease's lease_conformance_run), every
+ * backend: the in-memory and the file-lock ones on a fake clock, and the
+ * real leased through the gRPC driver on a short TTL with real sleeps.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -42,6 +43,24 @@ TEST(memory)
         .report = stdout};
     CHECK_EQ_I64(lease_conformance_run(&conf), 0);
     lease_client_destroy(c);
+}
+
+TEST(file)
+{
+    char dir[] = "/tmp/leased-files-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    struct lease_client *c;
+    int64_t ttl = INT64_C(30000000000);
+    CHECK_EQ_I64(lease_file_open(dir, ttl, fake_clock, NULL, &c), LEASE_OK);
+    struct lease_conformance conf = {
+        .client = c, .ttl_ns = ttl, .advance = fake_advance,
+        .report = stdout, .prefix = "file"};
+    CHECK_EQ_I64(lease_conformance_run(&conf), 0);
+    CHECK_EQ_I64(lease_conformance_run(&conf), 0); /* over its leftovers */
+    lease_client_destroy(c);
+    char cmd[64];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
 }
 
 /* The daemon's TTL: 400 ms, or $LEASED_TEST_TTL_MS (slower runs, such as
@@ -112,4 +131,4 @@ TEST(broken_backend_fails)
     lease_client_destroy(c);
 }
 
-CHECK_MAIN(memory, daemon, broken_backend_fails)
+CHECK_MAIN(memory, file, daemon, broken_backend_fails)
