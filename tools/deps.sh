@@ -9,6 +9,7 @@ packages=(
   libprotobuf-dev protobuf-compiler
   libuv1-dev libsqlite3-dev libhiredis-dev libssl-dev openssl
   libmicrohttpd-dev python3-prometheus-client systemd
+  golang-go golang-google-grpc-dev golang-google-protobuf-dev
   python3 python3-grpcio python3-protobuf libfaketime valgrind strace
 )
 
