@@ -66,4 +66,18 @@ def test_a_pause_longer_than_the_ttl_loses_the_lease():
                             d.client().acquire, "ex3", "third")
 
 
+def test_kill9_of_the_holder_frees_the_lease_after_its_ttl():
+    with Leased(ttl="1s") as d:
+        time.sleep(1.1)
+        p = owner(d, "ex4", 30)
+        assert p.stdout.readline() == "held ex4 token 1\n"
+        p.kill()
+        p.wait(timeout=10)
+        c = d.client()
+        harness.expect_code(harness.grpc.StatusCode.FAILED_PRECONDITION,
+                            c.acquire, "ex4", "next")  # until it expires
+        time.sleep(1.2)
+        assert c.acquire("ex4", "next").token == 2
+
+
 harness.main(globals())
