@@ -54,9 +54,8 @@ static char *read_pem(const char *path)
     return buf;
 }
 
-/* The channel credentials o asks for; NULL with errmsg set. */
-static grpc_channel_credentials *
-credentials(const struct lease_grpc_options *o, char *errmsg, size_t len)
+grpc_channel_credentials *conn_credentials(const struct lease_grpc_options *o,
+                                           char *errmsg, size_t len)
 {
     if (o == NULL || o->tls_ca_file == NULL) {
         if (o != NULL && (o->tls_cert_file || o->tls_key_file)) {
@@ -187,7 +186,7 @@ int conn_open(struct conn *c, const char *target,
         c->has_token = true;
     }
     grpc_channel_credentials *creds =
-        err == LEASE_OK ? credentials(o, errmsg, len) : NULL;
+        err == LEASE_OK ? conn_credentials(o, errmsg, len) : NULL;
     if (err == LEASE_OK)
         err = creds != NULL
                   ? open_targets(c, target, o, creds, errmsg, len)

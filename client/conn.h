@@ -36,6 +36,12 @@ int conn_open(struct conn *c, const char *target,
               const struct lease_grpc_options *opts, char *errmsg,
               size_t len);
 
+/* The channel credentials opts ask for (insecure without tls_ca_file;
+ * TLS, with a client certificate if given, reading the PEM files now).
+ * NULL with the reason in errmsg. */
+grpc_channel_credentials *conn_credentials(const struct lease_grpc_options *o,
+                                           char *errmsg, size_t len);
+
 /* Closes the channels; grpc_shutdown(). */
 void conn_close(struct conn *c);
 

@@ -12,13 +12,12 @@
  */
 #include <getopt.h>
 #include <grpc/grpc.h>
-#include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
+#include "conn.h"
 #include "duration.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "unary.h"
@@ -35,41 +34,6 @@ static const char usage[] =
     "  --tls-ca FILE   speak TLS, trusting the PEM CA certificates in FILE\n"
     "  --tls-cert FILE, --tls-key FILE\n"
     "                  a client certificate, for leased --tls-client-ca\n";
-
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
-        return NULL;
-    char *buf = malloc(1024 * 1024 + 1);
-    size_t n = buf != NULL ? fread(buf, 1, 1024 * 1024, f) : 0;
-    fclose(f);
-    if (buf != NULL)
-        buf[n] = '\0';
-    return buf;
-}
-
-static grpc_channel_credentials *credentials(const char *ca, const char *cert,
-                                             const char *key)
-{
-    if (ca == NULL)
-        return grpc_insecure_credentials_create();
-    char *ca_pem = read_file(ca);
-    char *cert_pem = cert != NULL ? read_file(cert) : NULL;
-    char *key_pem = key != NULL ? read_file(key) : NULL;
-    grpc_channel_credentials *creds = NULL;
-    if (ca_pem != NULL && (cert == NULL || (cert_pem && key_pem))) {
-        grpc_ssl_pem_key_cert_pair pair = {key_pem, cert_pem};
-        creds = grpc_ssl_credentials_create_ex(
-            ca_pem, cert != NULL ? &pair : NULL, NULL, NULL);
-    } else {
-        fprintf(stderr, "leased-probe: cannot read the TLS files\n");
-    }
-    free(ca_pem);
-    free(cert_pem);
-    free(key_pem);
-    return creds;
-}
 
 /* One Check call; returns the ServingStatus, or -1. */
 static int check(grpc_channel *ch, gpr_timespec deadline)
@@ -136,9 +100,14 @@ int main(int argc, char **argv)
         snprintf(addr, sizeof(addr), "%.*s", (int)strcspn(env, ","), env);
 
     grpc_init();
-    grpc_channel_credentials *creds = credentials(ca, cert, key);
+    struct lease_grpc_options o = {
+        .tls_ca_file = ca, .tls_cert_file = cert, .tls_key_file = key};
+    char why[512];
+    grpc_channel_credentials *creds = conn_credentials(&o, why, sizeof(why));
     int status = -1;
-    if (creds != NULL) {
+    if (creds == NULL) {
+        fprintf(stderr, "leased-probe: %s\n", why);
+    } else {
         grpc_channel *ch = grpc_channel_create(addr, creds, NULL);
         status = check(ch, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                                         gpr_time_from_nanos(
