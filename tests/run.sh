@@ -14,6 +14,10 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp"
 passed=0
 failed=0
+# The end of each failed test's output, shown again just before the
+# summary, where a CI log that keeps only its tail still has it.
+failures=$(mktemp)
+trap 'rm -f "$failures"' EXIT
 
 # run_suite DIR [MESON OPTIONS…] [-- MESON TEST OPTIONS…]: configure,
 # build, test; add up the results.
@@ -37,18 +41,27 @@ run_suite() {
   rm -f "$dir/meson-logs/testlog.json"
   meson test -C "$dir" --print-errorlogs --no-rebuild "${test_opts[@]}"
   local counts
-  counts=$(/usr/bin/python3 - "$dir/meson-logs/testlog.json" <<'PY'
-import json, sys
+  counts=$(/usr/bin/python3 - "$dir/meson-logs/testlog.json" \
+             "$failures" <<'PY'
+import json, re, sys
 ok = bad = 0
-try:
-    for line in open(sys.argv[1]):
-        r = json.loads(line)["result"]
-        if r == "OK":
-            ok += 1
-        elif r != "SKIP":
-            bad += 1
-except OSError:
-    bad += 1
+with open(sys.argv[2], "a") as out:
+    try:
+        for line in open(sys.argv[1]):
+            t = json.loads(line)
+            if t["result"] == "OK":
+                ok += 1
+            elif t["result"] != "SKIP":
+                bad += 1
+                text = "\n".join(t.get(k) or "" for k in ("stdout", "stderr"))
+                # gRPC's own log lines crowd out the reason.
+                tail = [l for l in text.splitlines()
+                        if not re.match(r"[EIWD]\d{4} \d\d:", l)][-40:]
+                out.write("--- %s: %s\n%s\n" % (t["name"], t["result"],
+                                                "\n".join(tail)))
+    except OSError:
+        bad += 1
+        out.write("--- no test log in %s\n" % sys.argv[1])
 print(ok, bad)
 PY
 )
@@ -61,5 +74,9 @@ run_suite build-sanitize -Db_sanitize=address,undefined -Db_lundef=false
 run_suite build-tsan -Db_sanitize=thread -Db_lundef=false \
   -- --suite unit --suite conformance
 
+if [ -s "$failures" ]; then
+  echo "=== failed tests, the end of their output"
+  cat "$failures"
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
