@@ -18,6 +18,7 @@
 #define TOKEN_MAX 4096
 #define RECONNECT_MIN_MS 100
 #define RECONNECT_MAX_MS 1000
+#define CONNECT_MIN_MS 1000 /* the least time a connection attempt gets */
 #define RETRY_PAUSE_MS 100 /* no new round with less time left */
 #define WAIT_SLICE_MS 250  /* waiting for one target to connect */
 
@@ -118,7 +119,7 @@ static int open_targets(struct conn *c, const char *target,
     /* Reconnect soon after a server comes back (a restart takes about a
      * second, far less than a TTL): gRPC would otherwise back off for up
      * to two minutes, and a holder's renewals fail meanwhile. */
-    grpc_arg args_v[4] = {
+    grpc_arg args_v[5] = {
         {.type = GRPC_ARG_INTEGER,
          .key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
          .value.integer = RECONNECT_MIN_MS},
@@ -130,12 +131,20 @@ static int open_targets(struct conn *c, const char *target,
         {.type = GRPC_ARG_INTEGER,
          .key = GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS,
          .value.integer = RECONNECT_MAX_MS},
+        /* An attempt to connect gives up after a call's deadline (not
+         * gRPC's 20 s): a server that drops packets then fails calls at
+         * once, so the next target is tried, and a destroyed client's
+         * attempt ends soon. */
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+         .value.integer = c->timeout_ms < CONNECT_MIN_MS ? CONNECT_MIN_MS
+                                                         : c->timeout_ms},
         {.type = GRPC_ARG_STRING, .key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG},
     };
-    grpc_channel_args args = {3, args_v};
+    grpc_channel_args args = {4, args_v};
     if (tls && o->tls_server_name != NULL) {
-        args_v[3].value.string = (char *)o->tls_server_name;
-        args.num_args = 4;
+        args_v[4].value.string = (char *)o->tls_server_name;
+        args.num_args = 5;
     }
     const char *p = target;
     for (;;) {
@@ -265,4 +274,15 @@ grpc_status_code conn_call(struct conn *c, const char *path,
     }
     snprintf(details, details_len, "%s", why);
     return GRPC_STATUS_UNAVAILABLE;
+}
+
+bool conn_wait_shutdown(int timeout_ms)
+{
+    const struct timespec pause = {0, 10 * 1000 * 1000};
+    for (int waited = 0; grpc_is_initialized(); waited += 10) {
+        if (waited >= timeout_ms)
+            return false;
+        nanosleep(&pause, NULL);
+    }
+    return true;
 }

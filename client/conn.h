@@ -42,8 +42,13 @@ int conn_open(struct conn *c, const char *target,
 grpc_channel_credentials *conn_credentials(const struct lease_grpc_options *o,
                                            char *errmsg, size_t len);
 
-/* Closes the channels; grpc_shutdown(). */
+/* Closes the channels; grpc_shutdown(). gRPC finishes closing them on
+ * its own threads a little later. */
 void conn_close(struct conn *c);
+
+/* Waits up to timeout_ms until gRPC has shut down (nothing in the
+ * process uses it any more, and its own threads are done). */
+bool conn_wait_shutdown(int timeout_ms);
 
 /* One unary call within the timeout: while targets answer UNAVAILABLE,
  * the next one; when all did, rounds of waiting a little for each to

@@ -179,3 +179,10 @@ int lease_grpc_open(const char *target, const struct lease_grpc_options *opts,
     }
     return LEASE_OK;
 }
+
+int lease_grpc_wait_shutdown(int timeout_ms)
+{
+    if (!conn_wait_shutdown(timeout_ms))
+        return client_fail(LEASE_EDEADLINE, "gRPC is still in use");
+    return LEASE_OK;
+}

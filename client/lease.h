@@ -121,6 +121,15 @@ struct lease_grpc_options {
 int lease_grpc_open(const char *target, const struct lease_grpc_options *opts,
                     struct lease_client **out);
 
+/* For a program about to exit: waits up to timeout_ms for gRPC to finish
+ * closing the channels of destroyed clients and to shut down. gRPC does
+ * that on its own threads after lease_client_destroy returns; exiting
+ * meanwhile races OpenSSL's exit-time cleanup against those threads
+ * (leak checkers then report OpenSSL's per-thread error state). Returns
+ * LEASE_OK, or LEASE_EDEADLINE while a client is open or something else
+ * in the process still uses gRPC. */
+int lease_grpc_wait_shutdown(int timeout_ms);
+
 /* ---- The in-memory backend ------------------------------------------ */
 
 /* Opens an in-process lease table with the semantics of leased: leases

@@ -115,7 +115,8 @@ int main(int argc, char **argv)
         grpc_channel_destroy(ch);
         grpc_channel_credentials_release(creds);
     }
-    grpc_shutdown_blocking();
+    grpc_shutdown();
+    conn_wait_shutdown(1000); /* exit after gRPC's threads: see lease.h */
     static const char *const names[] = {"UNKNOWN", "SERVING", "NOT_SERVING",
                                         "SERVICE_UNKNOWN"};
     printf("%s %s\n", addr,

@@ -4,6 +4,9 @@
  *   TEST(name) { CHECK(x == 1); CHECK_EQ_U64(a, b); }
  *   ...
  *   CHECK_MAIN(name, other)
+ *   CHECK_MAIN_THEN(finish, name, other)  finish() runs after the cases,
+ *                                         before main returns; nonzero
+ *                                         fails the run
  *
  * `prog` runs every case; `prog CASE` runs one; `prog --list` lists them
  * (meson registers one test per case from that list). A failed CHECK
@@ -67,7 +70,7 @@ struct check_case_ {
 };
 
 static int check_run_(const struct check_case_ *cases, size_t n, int argc,
-                      char **argv)
+                      char **argv, int (*finish)(void))
 {
     if (argc == 2 && strcmp(argv[1], "--list") == 0) {
         for (size_t i = 0; i < n; i++)
@@ -89,17 +92,22 @@ static int check_run_(const struct check_case_ *cases, size_t n, int argc,
         fprintf(stderr, "no such case: %s\n", argc >= 2 ? argv[1] : "");
         return 1;
     }
+    if (finish != NULL && finish() != 0) {
+        fprintf(stderr, "the finish after the cases failed\n");
+        failed++;
+    }
     return failed != 0;
 }
 
 #define CHECK_CASE_(name) {#name, name},
-#define CHECK_MAIN(...)                                                    \
+#define CHECK_MAIN(...) CHECK_MAIN_THEN(NULL, __VA_ARGS__)
+#define CHECK_MAIN_THEN(finish, ...)                                       \
     int main(int argc, char **argv)                                        \
     {                                                                      \
         static const struct check_case_ cases[] = {                        \
             CHECK_FOREACH_(CHECK_CASE_, __VA_ARGS__)};                     \
         return check_run_(cases, sizeof(cases) / sizeof(cases[0]), argc,   \
-                          argv);                                           \
+                          argv, finish);                                   \
     }
 
 /* Applies m to each of up to 40 arguments. */

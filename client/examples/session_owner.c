@@ -98,5 +98,6 @@ int main(int argc, char **argv)
     /* Leaving the set to release everything (here: this one lease). */
     lease_keeper_set_destroy(set);
     lease_client_destroy(client);
+    lease_grpc_wait_shutdown(1000); /* gRPC's threads finish first */
     return rc;
 }

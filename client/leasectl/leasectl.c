@@ -603,11 +603,13 @@ int main(int argc, char **argv)
         return ctl_fail(LEASE_EINVAL, "--url");
     if (conn_open(&c.conn, url, &o, why, sizeof(why)) != LEASE_OK) {
         fprintf(stderr, "leasectl: --url: %s\n", why);
+        lease_client_destroy(c.client);
         return EXIT_INVALID;
     }
     int rc = commands[k].run(&c, argc - optind, argv + optind);
     explicit_bzero(token, sizeof(token));
     conn_close(&c.conn);
     lease_client_destroy(c.client);
+    lease_grpc_wait_shutdown(1000); /* a clean exit: see lease.h */
     return rc;
 }

@@ -131,4 +131,11 @@ TEST(broken_backend_fails)
     lease_client_destroy(c);
 }
 
-CHECK_MAIN(memory, file, daemon, broken_backend_fails)
+/* Every client is destroyed, so gRPC shuts down (no channel is left
+ * open), and has finished before the process exits. */
+static int grpc_shut_down(void)
+{
+    return lease_grpc_wait_shutdown(10000);
+}
+
+CHECK_MAIN_THEN(grpc_shut_down, memory, file, daemon, broken_backend_fails)

@@ -337,7 +337,15 @@ TEST(keeper_rides_out_a_daemon_kill9)
     daemon_stop(&d); /* removes the directory */
 }
 
-CHECK_MAIN(tls_and_token_pass_the_conformance_suite, tls_and_token_refusals,
-           mutual_tls, open_checks_its_options, failover_to_the_next_target,
-           restart_within_the_deadline_is_ridden_out,
-           keeper_rides_out_a_daemon_kill9)
+/* Every client is destroyed, so gRPC shuts down (no channel is left
+ * open), and has finished before the process exits. */
+static int grpc_shut_down(void)
+{
+    return lease_grpc_wait_shutdown(10000);
+}
+
+CHECK_MAIN_THEN(grpc_shut_down, tls_and_token_pass_the_conformance_suite,
+                tls_and_token_refusals, mutual_tls, open_checks_its_options,
+                failover_to_the_next_target,
+                restart_within_the_deadline_is_ridden_out,
+                keeper_rides_out_a_daemon_kill9)

@@ -129,7 +129,16 @@ TEST(memory_collects_old_entries_and_tokens_still_rise)
     lease_client_destroy(c);
 }
 
-CHECK_MAIN(memory_collects_old_entries_and_tokens_still_rise, strerror_names_every_error,
-           grpc_refuses_plaintext_beyond_loopback,
-           unreachable_server_is_unavailable, silent_server_is_deadline,
-           arguments_checked_before_any_backend, renew_in_place)
+/* Every client is destroyed, so gRPC shuts down (no channel is left
+ * open), and has finished before the process exits. */
+static int grpc_shut_down(void)
+{
+    return lease_grpc_wait_shutdown(10000);
+}
+
+CHECK_MAIN_THEN(grpc_shut_down,
+                memory_collects_old_entries_and_tokens_still_rise,
+                strerror_names_every_error,
+                grpc_refuses_plaintext_beyond_loopback,
+                unreachable_server_is_unavailable, silent_server_is_deadline,
+                arguments_checked_before_any_backend, renew_in_place)
