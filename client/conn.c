@@ -239,14 +239,22 @@ grpc_status_code conn_call(struct conn *c, const char *path,
     size_t first = atomic_load(&c->current);
     const grpc_metadata *md = c->has_token ? &c->auth : NULL;
     /* First every target at once, failing fast: a live one answers, or
-     * the next is tried. */
+     * the next is tried. With several, one not connected yet gets its
+     * share of the time only: a host that drops packets never answers
+     * (were the call to get through late, repeating it elsewhere is
+     * safe). */
     for (size_t k = 0; k < c->ntargets; k++) {
         size_t t = (first + k) % c->ntargets;
+        bool share = c->ntargets > 1 &&
+                     grpc_channel_check_connectivity_state(
+                         c->channels[t], 0) != GRPC_CHANNEL_READY;
+        int64_t slice = c->timeout_ms / (share ? (int64_t)c->ntargets : 1);
         grpc_status_code status =
             unary_call(c->channels[t], path, md, c->has_token, false, req,
-                       desc, deadline_in(end, c->timeout_ms), resp, details,
+                       desc, deadline_in(end, slice), resp, details,
                        details_len);
-        if (status != GRPC_STATUS_UNAVAILABLE) {
+        if (status != GRPC_STATUS_UNAVAILABLE &&
+            !(share && status == GRPC_STATUS_DEADLINE_EXCEEDED)) {
             if (t != first)
                 atomic_store(&c->current, t);
             return status;

@@ -110,9 +110,10 @@ struct lease_grpc_options {
 
 /* Opens a client to the lease service at target: "HOST:PORT" or
  * "unix:/PATH", or several separated by commas ("a:7443,b:7443"): a call
- * that finds one unavailable (gRPC UNAVAILABLE: not reachable, draining)
- * is tried on the next, and the client stays with the one that answered;
- * leased's calls are safe to repeat. Plaintext (no tls_ca_file) only to
+ * that finds one unavailable (gRPC UNAVAILABLE: not reachable, draining),
+ * or not connected and silent for its share of the timeout, is tried on
+ * the next, and the client stays with the one that answered; leased's
+ * calls are safe to repeat. Plaintext (no tls_ca_file) only to
  * loopback (127.0.0.0/8, [::1], localhost) or unix sockets, as Mecatl's
  * own client: any other host is refused with LEASE_EINVAL. opts may be
  * NULL; its strings are read during the call only. Connects lazily: an

@@ -62,8 +62,10 @@ static void real_sleep(void *arg, int64_t ns)
         ;
 }
 
-/* A loopback port nobody listens on. */
-static int dead_port(void)
+/* A loopback port nobody listens on; or, given silent, one that listens
+ * but never accepts (connections wait unanswered in its backlog, as with
+ * a host that drops packets) until *silent is closed. */
+static int loopback_port(int *silent)
 {
     int s = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET};
@@ -71,8 +73,18 @@ static int dead_port(void)
     socklen_t n = sizeof(a);
     CHECK(bind(s, (struct sockaddr *)&a, sizeof(a)) == 0);
     CHECK(getsockname(s, (struct sockaddr *)&a, &n) == 0);
-    close(s);
+    if (silent != NULL) {
+        CHECK(listen(s, 16) == 0);
+        *silent = s;
+    } else {
+        close(s);
+    }
     return ntohs(a.sin_port);
+}
+
+static int dead_port(void)
+{
+    return loopback_port(NULL);
 }
 
 static int acquire(const char *target, const struct lease_grpc_options *o,
@@ -235,6 +247,28 @@ TEST(failover_to_the_next_target)
     CHECK_EQ_I64(daemon_stop(&d), 0);
 }
 
+/* A first target that never answers takes its share of the deadline
+ * only: the call is answered by the next. */
+TEST(failover_past_a_silent_target)
+{
+    struct daemon_proc d;
+    CHECK(daemon_start(&d, "5s", NULL) == 0);
+    int silent;
+    char targets[300];
+    snprintf(targets, sizeof(targets), "127.0.0.1:%d,%s",
+             loopback_port(&silent), d.addr);
+    struct lease_grpc_options o = {.timeout_ms = 3000};
+    struct lease_client *c;
+    CHECK_EQ_I64(lease_grpc_open(targets, &o, &c), LEASE_OK);
+    struct lease a, b;
+    CHECK_EQ_I64(lease_acquire(c, "s", "alice", &a), LEASE_OK);
+    CHECK_EQ_I64(lease_renew(c, &a, &b), LEASE_OK);
+    CHECK_EQ_I64(lease_acquire(c, "s", "bob", &b), LEASE_EHELD);
+    lease_client_destroy(c);
+    close(silent);
+    CHECK_EQ_I64(daemon_stop(&d), 0);
+}
+
 /* A server that restarts within the deadline: the call waits it out. */
 TEST(restart_within_the_deadline_is_ridden_out)
 {
@@ -346,6 +380,6 @@ static int grpc_shut_down(void)
 
 CHECK_MAIN_THEN(grpc_shut_down, tls_and_token_pass_the_conformance_suite,
                 tls_and_token_refusals, mutual_tls, open_checks_its_options,
-                failover_to_the_next_target,
+                failover_to_the_next_target, failover_past_a_silent_target,
                 restart_within_the_deadline_is_ridden_out,
                 keeper_rides_out_a_daemon_kill9)
