@@ -1,8 +1,8 @@
 /*
  * The lease engine (see engine.h for the contract and invariants).
  *
- * Entries live in a chained hash table keyed by session id. An entry is
- * in one of three states:
+ * Entries live in a chained hash table keyed by session id (SipHash with
+ * a random key). An entry is in one of three states:
  *
  *   held      owner_len > 0 and (expiry_ns > now, or quarantined)
  *   expired   owner_len > 0, expiry_ns <= now, not quarantined
@@ -22,6 +22,8 @@
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "siphash.h"
 
 struct engine_entry {
     struct engine_entry *next; /* hash chain */
@@ -45,19 +47,17 @@ struct engine {
     int64_t ttl_ns;
     int64_t quarantine_end_ns;
     uint64_t floor;
+    struct siphash_key hash_key; /* random, per engine */
 };
 
 #define INITIAL_BUCKETS 1024
 #define GC_SCAN_PER_MAX 16 /* buckets engine_collect looks at, per max */
 
-static uint64_t hash_bytes(const char *p, size_t n)
+/* Keyed, so that clients choosing session ids cannot pile them into one
+ * chain and slow the loop down for everyone. */
+static uint64_t hash_bytes(const struct engine *e, const char *p, size_t n)
 {
-    uint64_t h = 0xcbf29ce484222325u; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)p[i];
-        h *= 0x100000001b3u;
-    }
-    return h ^ (h >> 29);
+    return siphash24(&e->hash_key, p, n);
 }
 
 struct engine *engine_create(int64_t ttl_ns, int64_t start_ns)
@@ -72,6 +72,7 @@ struct engine *engine_create(int64_t ttl_ns, int64_t start_ns)
         return NULL;
     }
     e->nbuckets = INITIAL_BUCKETS;
+    siphash_random_key(&e->hash_key);
     e->ttl_ns = ttl_ns;
     e->quarantine_end_ns = start_ns + ttl_ns;
     return e;
@@ -231,7 +232,7 @@ static void change_begin(struct engine_change *chg, struct engine_entry *en,
 int engine_load(struct engine *e, const struct lease_row *row)
 {
     assert(row->session_len > 0 && row->session_len <= ENGINE_SESSION_MAX);
-    uint64_t hash = hash_bytes(row->session, row->session_len);
+    uint64_t hash = hash_bytes(e, row->session, row->session_len);
     assert(find(e, row->session, row->session_len, hash) == NULL);
     struct engine_entry *en = entry_new(row->session, row->session_len, hash);
     if (en == NULL)
@@ -262,7 +263,7 @@ bool engine_live(const struct engine *e, const char *session,
                  size_t session_len, int64_t now_ns)
 {
     const struct engine_entry *en =
-        find(e, session, session_len, hash_bytes(session, session_len));
+        find(e, session, session_len, hash_bytes(e, session, session_len));
     return en != NULL && is_live(e, en, now_ns);
 }
 
@@ -299,7 +300,7 @@ int engine_acquire(struct engine *e, int64_t now_ns,
                    struct engine_grant *grant, struct engine_change *chg)
 {
     assert(session_len > 0 && owner_len > 0);
-    uint64_t hash = hash_bytes(session, session_len);
+    uint64_t hash = hash_bytes(e, session, session_len);
     struct engine_entry *en = find(e, session, session_len, hash);
 
     if (en != NULL && is_live(e, en, now_ns)) {
@@ -347,7 +348,7 @@ int engine_renew(struct engine *e, int64_t now_ns,
                  struct engine_grant *grant, struct engine_change *chg)
 {
     struct engine_entry *en =
-        find(e, session, session_len, hash_bytes(session, session_len));
+        find(e, session, session_len, hash_bytes(e, session, session_len));
     if (en == NULL || !owner_is(en, owner, owner_len) || en->token != token)
         return ENGINE_HELD;
     /* Same owner and token: nobody took it over since, even if it expired
@@ -365,7 +366,7 @@ int engine_release(struct engine *e,
                    struct engine_change *chg)
 {
     struct engine_entry *en =
-        find(e, session, session_len, hash_bytes(session, session_len));
+        find(e, session, session_len, hash_bytes(e, session, session_len));
     if (en == NULL || !owner_is(en, owner, owner_len) || en->token != token)
         return ENGINE_NOOP;
     change_begin(chg, en, true);
@@ -465,7 +466,7 @@ bool engine_get(const struct engine *e, const char *session,
                 size_t session_len, struct lease_row *row)
 {
     struct engine_entry *en =
-        find(e, session, session_len, hash_bytes(session, session_len));
+        find(e, session, session_len, hash_bytes(e, session, session_len));
     if (en == NULL)
         return false;
     row_of(en, row);
@@ -480,7 +481,7 @@ void engine_check(const struct engine *e)
              en = en->next) {
             count++;
             if ((en->hash & (e->nbuckets - 1)) != i ||
-                en->hash != hash_bytes(en->session, en->session_len) ||
+                en->hash != hash_bytes(e, en->session, en->session_len) ||
                 en->session_len == 0 ||
                 en->session_len > ENGINE_SESSION_MAX ||
                 en->owner_len > ENGINE_OWNER_MAX ||
