@@ -19,7 +19,7 @@
 #define RECONNECT_MIN_MS 100
 #define RECONNECT_MAX_MS 1000
 #define CONNECT_MIN_MS 1000 /* the least time a connection attempt gets */
-#define RETRY_PAUSE_MS 100 /* no new round with less time left */
+#define RETRY_PAUSE_MS 100 /* the least a round of retries takes */
 #define WAIT_SLICE_MS 250  /* waiting for one target to connect */
 
 static int64_t mono_ms(void)
@@ -220,6 +220,18 @@ void conn_close(struct conn *c)
     grpc_shutdown();
 }
 
+/* Sleeps until the monotonic time ms, if later than now; returns now. */
+static int64_t pause_until(int64_t ms)
+{
+    int64_t now = mono_ms();
+    if (now < ms) {
+        struct timespec ts = {(ms - now) / 1000, (ms - now) % 1000 * 1000000};
+        nanosleep(&ts, NULL);
+        now = mono_ms();
+    }
+    return now;
+}
+
 /* deadline, or slice from now if sooner. */
 static gpr_timespec deadline_in(int64_t end_ms, int64_t slice_ms)
 {
@@ -262,11 +274,15 @@ grpc_status_code conn_call(struct conn *c, const char *path,
     }
     /* All unavailable: until the deadline, in turn, wait a while for
      * each to connect (a server restarting takes about a second; gRPC
-     * 1.51 connects again only for calls that wait). The first round's
-     * reason is the one reported if none comes back. */
+     * 1.51 connects again only for calls that wait). A round takes at
+     * least RETRY_PAUSE_MS: servers that answer UNAVAILABLE at once
+     * (storage failing, draining) are asked again ten times a second,
+     * not as fast as they answer. The first round's reason is the one
+     * reported if none comes back. */
     char why[256];
     snprintf(why, sizeof(why), "%s", details);
-    while (mono_ms() + RETRY_PAUSE_MS < end) {
+    for (int64_t round = mono_ms(); round + RETRY_PAUSE_MS < end;
+         round = pause_until(round + RETRY_PAUSE_MS)) {
         for (size_t k = 0; k < c->ntargets && mono_ms() < end; k++) {
             size_t t = (first + k) % c->ntargets;
             grpc_status_code status = unary_call(

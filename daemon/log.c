@@ -68,6 +68,18 @@ void log_quotable(char *out, size_t len, const char *in, size_t in_len)
         out[i] = '\0';
 }
 
+bool log_limit_pass(struct log_limit *l, int64_t now_ns, uint64_t *held)
+{
+    if (now_ns < l->next_ns) {
+        l->held++;
+        return false;
+    }
+    *held = l->held;
+    l->held = 0;
+    l->next_ns = now_ns + INT64_C(1000000000);
+    return true;
+}
+
 static void grpc_log(gpr_log_func_args *args)
 {
     enum log_level level = args->severity == GPR_LOG_SEVERITY_ERROR ? LOG_ERROR

@@ -6,7 +6,9 @@
 #ifndef LEASED_LOG_H
 #define LEASED_LOG_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
 
@@ -25,6 +27,17 @@ void log_write(enum log_level level, const char *msg, const char *kv_fmt,
  * they fit inside a quoted value: '"' becomes '\'', control characters
  * spaces. */
 void log_quotable(char *out, size_t len, const char *in, size_t in_len);
+
+/* At most one line a second for an event that can repeat for every
+ * batch (storage failing): log_limit_pass() says whether to write this
+ * one, and *held how many were not written since the last. Not
+ * thread-safe: one per thread that logs the event. */
+struct log_limit {
+    int64_t next_ns;
+    uint64_t held;
+};
+
+bool log_limit_pass(struct log_limit *l, int64_t now_ns, uint64_t *held);
 
 /* Sends gRPC's own log lines through log_write. */
 void log_route_grpc(void);

@@ -178,6 +178,10 @@ int main(int argc, char **argv)
     }
     log_set_level(cfg.log_level);
     signal(SIGPIPE, SIG_IGN);
+    /* A file size limit (ulimit -f, LimitFSIZE=) reached by the database
+     * must fail the write (EFBIG: storage failing, UNAVAILABLE), not
+     * kill the daemon. */
+    signal(SIGXFSZ, SIG_IGN);
     raise_fd_limit();
     metrics_init();
 

@@ -74,6 +74,7 @@ struct server {
     char commit_errmsg[256];
     uint64_t committed_seq; /* commits ended so far */
     bool storage_failing;
+    struct log_limit commit_log, sync_log; /* failures: a line a second */
     uv_work_t commit_work;
 
     /* Takeovers and releases committed, waiting for a sync (in commit
@@ -224,8 +225,11 @@ static void sync_done(uv_work_t *w, int status)
         log_debug("synced", "sync_us=%lld", (long long)(s->sync_ns / 1000));
         metrics_observe(&metrics.fsync_seconds, (double)s->sync_ns / 1e9);
     } else {
-        log_warn("sync_failed", "error=\"%s\"",
-                 strerror(s->sync_errno != 0 ? s->sync_errno : EIO));
+        uint64_t held;
+        if (log_limit_pass(&s->sync_log, clock_mono_ns(), &held))
+            log_warn("sync_failed", "error=\"%s\" not_logged=%llu",
+                     strerror(s->sync_errno != 0 ? s->sync_errno : EIO),
+                     (unsigned long long)held);
         set_failing(s, true);
     }
     /* Answer, in commit order, everything this sync covered. */
@@ -291,8 +295,11 @@ static void commit_done(uv_work_t *w, int status)
     } else {
         for (size_t i = s->nchgs; i-- > 0;)
             engine_finish(s->engine, &s->chgs[i], false);
-        log_warn("commit_failed", "changes=%zu error=\"%s\"", s->nchgs,
-                 s->commit_errmsg);
+        uint64_t held;
+        if (log_limit_pass(&s->commit_log, clock_mono_ns(), &held))
+            log_warn("commit_failed",
+                     "changes=%zu error=\"%s\" not_logged=%llu", s->nchgs,
+                     s->commit_errmsg, (unsigned long long)held);
         set_failing(s, true);
         for (struct request *r = s->batch; r != NULL; r = r->next) {
             r->status = REPLY_UNAVAILABLE;

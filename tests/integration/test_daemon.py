@@ -12,6 +12,7 @@ Run: LEASED_BIN=build/daemon/leased /usr/bin/python3 FILE [CASE...]
 import os
 import random
 import re
+import resource
 import signal
 import socket
 import sqlite3
@@ -1004,6 +1005,58 @@ def test_storage_failure_unavailable_then_recovers():
         expect_code(HELD, c.acquire, "freed", "erin")
         assert c.renew(freed).token == freed.token
         expect_code(HELD, c.acquire, "s", "alice")
+        assert d.stop() == 0
+        rows, _ = read_db(d.db_path)
+        assert rows["s"][:2] == ("bob", 1), rows
+
+
+def test_disk_full_unavailable_then_recovers():
+    """Writes past the daemon's file size limit fail (EFBIG), as on a full
+    disk: every call gets UNAVAILABLE and nothing changes, the daemon
+    keeps running (it ignores SIGXFSZ) and logs the failures at most once
+    a second, and it recovers once the limit is lifted. liblease's client
+    (leasectl) asks again within its deadline, ten times a second."""
+    unlimited = resource.RLIM_INFINITY
+    with harness.Leased(ttl="5s",
+                        args=["--metrics-listen", "127.0.0.1:0"]) as d:
+        c = d.client()
+        held = c.acquire("held", "carol")
+        freed = c.acquire("freed", "dave")
+        snap = read_db(d.db_path)
+        # The WAL grows by appending: nothing more fits. The log file is
+        # far smaller, so its lines still do.
+        full = os.path.getsize(d.db_path + "-wal")
+        resource.prlimit(d.proc.pid, resource.RLIMIT_FSIZE, (full, unlimited))
+        calls = [lambda: status_of(c.acquire, "s", "alice"),
+                 lambda: status_of(c.renew, held),
+                 lambda: status_of(c.release, freed)]
+        codes = []
+        end = time.monotonic() + 2.5
+        while time.monotonic() < end and len(codes) < 3000:
+            codes.extend(run_threads(calls))
+        assert d.proc.poll() is None, "leased died"
+        assert set(codes) == {UNAVAILABLE}, set(codes)
+        assert read_db(d.db_path) == snap
+        failed = re.findall(r'level=warn msg=commit_failed changes=\d+ '
+                            r'error="[^"]+" not_logged=(\d+)', d.log_text())
+        assert 1 <= len(failed) <= 4, (len(codes), failed)
+        assert sum(map(int, failed)) > 0, failed
+        key = ("leased_requests_total",
+               (("code", "UNAVAILABLE"), ("method", "Acquire")))
+        before = d.metrics()[key]
+        ctl = subprocess.run([os.environ["LEASECTL_BIN"], "--url", d.addr,
+                              "--timeout", "1s", "acquire", "x", "--owner",
+                              "o"], capture_output=True, text=True,
+                             timeout=30)
+        assert ctl.returncode == 4, ctl  # unavailable
+        assert 5 <= d.metrics()[key] - before <= 15
+
+        resource.prlimit(d.proc.pid, resource.RLIMIT_FSIZE,
+                         (unlimited, unlimited))
+        assert c.acquire("s", "bob").token == 1
+        d.wait_log(r"msg=storage_recovered", timeout=2)
+        assert c.renew(held).token == held.token
+        assert c.renew(freed).token == freed.token
         assert d.stop() == 0
         rows, _ = read_db(d.db_path)
         assert rows["s"][:2] == ("bob", 1), rows
