@@ -302,11 +302,12 @@ grpc_status_code conn_call(struct conn *c, const char *path,
 
 bool conn_wait_shutdown(int timeout_ms)
 {
-    const struct timespec pause = {0, 10 * 1000 * 1000};
-    for (int waited = 0; grpc_is_initialized(); waited += 10) {
-        if (waited >= timeout_ms)
+    int64_t end = mono_ms() + timeout_ms;
+    while (grpc_is_initialized()) {
+        int64_t now = mono_ms();
+        if (now >= end)
             return false;
-        nanosleep(&pause, NULL);
+        pause_until(now + 10);
     }
     return true;
 }

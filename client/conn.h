@@ -50,10 +50,11 @@ void conn_close(struct conn *c);
  * process uses it any more, and its own threads are done). */
 bool conn_wait_shutdown(int timeout_ms);
 
-/* One unary call within the timeout: while targets answer UNAVAILABLE,
+/* One unary call within the timeout: while targets answer UNAVAILABLE
+ * (or, not connected yet, nothing within their share of the timeout),
  * the next one; when all did, rounds of waiting a little for each to
- * connect, until the timeout (then UNAVAILABLE with the first reason);
- * as unary_call() otherwise. */
+ * connect, at most ten a second, until the timeout (then UNAVAILABLE
+ * with the first reason); as unary_call() otherwise. */
 grpc_status_code conn_call(struct conn *c, const char *path,
                            const ProtobufCMessage *req,
                            const ProtobufCMessageDescriptor *desc,
