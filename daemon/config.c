@@ -61,6 +61,10 @@ static const char usage[] =
     "  --drain-timeout D    on SIGTERM, calls in progress get this long\n"
     "                       before they are cancelled\n"
     "                       [LEASED_DRAIN_TIMEOUT; default 5s]\n"
+    "  --raise-token-floor N  after restoring an older backup: before\n"
+    "                       serving, raise every stored token and the\n"
+    "                       token floor to at least N, so every token\n"
+    "                       given is above N [LEASED_RAISE_TOKEN_FLOOR]\n"
     "\n"
     "Limits (per connection unless said; see docs/operations.md):\n"
     "  --max-streams N      calls in progress at once [LEASED_MAX_STREAMS;\n"
@@ -209,14 +213,21 @@ static int set_option(struct config *cfg, int opt, const char *val,
             return fail(errmsg, len, "%s: want debug, info, warn or error",
                         what);
         return CONFIG_OK;
-    case 'p': {
+    case 'p':
+    case 'F': {
+        /* A raised floor leaves 2^62 takeovers before tokens overflow
+         * SQLite's 64-bit signed integers. */
+        unsigned long long max = opt == 'p' ? 10000000 : 1ULL << 62;
         char *end;
         errno = 0;
         unsigned long long n = strtoull(val, &end, 10);
-        if (*end != '\0' || errno != 0 || n < 1 || n > 10000000 ||
+        if (*end != '\0' || errno != 0 || n < 1 || n > max ||
             val[0] < '0' || val[0] > '9')
-            return fail(errmsg, len, "%s: want 1..10000000", what);
-        cfg->max_pending = (size_t)n;
+            return fail(errmsg, len, "%s: want 1..%llu", what, max);
+        if (opt == 'p')
+            cfg->max_pending = (size_t)n;
+        else
+            cfg->raise_token_floor = n;
         return CONFIG_OK;
     }
     }
@@ -245,6 +256,7 @@ static const struct option long_options[] = {
     {"max-connection-age", required_argument, NULL, 'a'},
     {"drain-timeout", required_argument, NULL, 'D'},
     {"metrics-listen", required_argument, NULL, 'm'},
+    {"raise-token-floor", required_argument, NULL, 'F'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -274,6 +286,7 @@ static const struct {
     {"LEASED_MAX_CONNECTION_AGE", 'a'},
     {"LEASED_DRAIN_TIMEOUT", 'D'},
     {"LEASED_METRICS_LISTEN", 'm'},
+    {"LEASED_RAISE_TOKEN_FLOOR", 'F'},
 };
 
 /* Options whose flag was not given come from the environment. */

@@ -28,6 +28,7 @@ struct config {
     unsigned socket_mode;
     int64_t drain_ns; /* on SIGTERM, calls in progress get this long */
     const char *metrics_listen; /* HOST:PORT of /metrics; NULL: off */
+    uint64_t raise_token_floor; /* at start, tokens to at least this; 0 no */
     struct config_limits {
         int max_streams;        /* concurrent calls per connection */
         int max_metadata_bytes; /* of a call's headers */

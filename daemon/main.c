@@ -203,6 +203,17 @@ int main(int argc, char **argv)
         log_error("startup_failed", "reason=\"%s\"", err);
         return 1;
     }
+    if (cfg.raise_token_floor > 0) {
+        size_t raised;
+        if (store_raise_tokens(store, cfg.raise_token_floor, &raised) != 0) {
+            log_error("startup_failed",
+                      "reason=\"raising the token floor: %s\"",
+                      store_errmsg(store));
+            return 1;
+        }
+        log_info("token_floor_raised", "to=%llu rows=%zu",
+                 (unsigned long long)cfg.raise_token_floor, raised);
+    }
 
     uv_loop_t *loop = uv_default_loop();
     d.server = server_create(loop, store, cfg.ttl_ns, err, sizeof(err));

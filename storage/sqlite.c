@@ -369,6 +369,26 @@ static int apply_one(struct store *s, const struct engine_change *c,
     return step_returning(s, ST_PUT);
 }
 
+/* store_sync, with the reason kept for store_errmsg. */
+static int sync_or_fail(struct store *s)
+{
+    return store_sync(s) == STORE_OK
+               ? STORE_OK
+               : fail(s, STORE_EIO, "syncing the WAL: %s", strerror(errno));
+}
+
+/* After a failure inside a transaction: best effort, and the first
+ * error's message stays. */
+static void roll_back(struct store *s)
+{
+    if (sqlite3_get_autocommit(s->db))
+        return;
+    char keep[sizeof(s->errmsg)];
+    memcpy(keep, s->errmsg, sizeof(keep));
+    step_done(s, ST_ROLLBACK);
+    memcpy(s->errmsg, keep, sizeof(keep));
+}
+
 static int raise_floor(struct store *s, uint64_t floor)
 {
     sqlite3_bind_int64(s->stmt[ST_RAISE_FLOOR], 1, (sqlite3_int64)floor);
@@ -387,13 +407,39 @@ int store_apply(struct store *s, const struct engine_change *chgs, size_t n)
         err = raise_floor(s, deleted_max);
     if (err == STORE_OK)
         err = step_done(s, ST_COMMIT);
-    if (err != STORE_OK && !sqlite3_get_autocommit(s->db)) {
-        char keep[sizeof(s->errmsg)];
-        memcpy(keep, s->errmsg, sizeof(keep));
-        step_done(s, ST_ROLLBACK); /* best effort; the first error wins */
-        memcpy(s->errmsg, keep, sizeof(keep));
-    }
+    if (err != STORE_OK)
+        roll_back(s);
     return err;
+}
+
+int store_raise_tokens(struct store *s, uint64_t floor, size_t *raised)
+{
+    *raised = 0;
+    int err = step_done(s, ST_BEGIN);
+    if (err != STORE_OK)
+        return err;
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(
+        s->db, "UPDATE leases SET token = ?1 WHERE token < ?1", -1, &st,
+        NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, (sqlite3_int64)floor);
+        rc = sqlite3_step(st);
+        sqlite3_finalize(st);
+    }
+    if (rc != SQLITE_OK && rc != SQLITE_DONE)
+        err = sql_fail(s, rc, "raising tokens");
+    else
+        *raised = (size_t)sqlite3_changes(s->db);
+    if (err == STORE_OK)
+        err = raise_floor(s, floor);
+    if (err == STORE_OK)
+        err = step_done(s, ST_COMMIT);
+    if (err != STORE_OK) {
+        roll_back(s);
+        return err;
+    }
+    return sync_or_fail(s);
 }
 
 int store_get_meta(struct store *s, const char *key, int64_t *value)
@@ -432,9 +478,7 @@ int store_set_meta(struct store *s, const char *key, int64_t value)
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE)
         return sql_fail(s, rc, key);
-    return store_sync(s) == STORE_OK
-               ? STORE_OK
-               : fail(s, STORE_EIO, "syncing the WAL: %s", strerror(errno));
+    return sync_or_fail(s);
 }
 
 int store_list(struct store *s, const char *prefix, size_t prefix_len,

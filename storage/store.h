@@ -58,6 +58,12 @@ int store_apply(struct store *s, const struct engine_change *chgs, size_t n);
  * errno set; after an error it is unknown whether they are on disk. */
 int store_sync(struct store *s);
 
+/* For a restore of an older backup: raises every row's token and the
+ * token floor to at least floor (1..2^62), durably, in one
+ * transaction, so that every token given from now on is above floor.
+ * *raised is the number of rows changed. */
+int store_raise_tokens(struct store *s, uint64_t floor, size_t *raised);
+
 /* Reads the integer meta value under key (*value = 0 if absent), or
  * writes it durably (commit and sync). key is borrowed. */
 int store_get_meta(struct store *s, const char *key, int64_t *value);

@@ -57,6 +57,28 @@ TEST(defaults)
     CHECK_STR(cfg.listen[0], "127.0.0.1:7443");
     CHECK_STR(cfg.data_dir, "./leased-data");
     CHECK_EQ_I64(cfg.ttl_ns, 30000 * MS);
+    CHECK_EQ_U64(cfg.raise_token_floor, 0);
+}
+
+TEST(raise_token_floor)
+{
+    struct config cfg;
+    char *a1[] = {"leased", "--raise-token-floor", "4611686018427387904",
+                  NULL};
+    CHECK_EQ_I64(parse(&cfg, a1), CONFIG_OK);
+    CHECK_EQ_U64(cfg.raise_token_floor, UINT64_C(1) << 62);
+    setenv("LEASED_RAISE_TOKEN_FLOOR", "77", 1);
+    char *a2[] = {"leased", NULL};
+    CHECK_EQ_I64(parse(&cfg, a2), CONFIG_OK);
+    CHECK_EQ_U64(cfg.raise_token_floor, 77);
+    unsetenv("LEASED_RAISE_TOKEN_FLOOR");
+    /* Zero, past 2^62, signs and words: refused. */
+    static const char *const bad[] = {"0", "4611686018427387905", "-1",
+                                      "+5", "5x", ""};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *a[] = {"leased", "--raise-token-floor", (char *)bad[i], NULL};
+        CHECK_EQ_I64(parse(&cfg, a), CONFIG_ERROR);
+    }
 }
 
 TEST(flags_win_over_environment)
@@ -171,5 +193,6 @@ TEST(socket_mode)
     }
 }
 
-CHECK_MAIN(durations, listen_addresses, defaults, flags_win_over_environment,
-           bad_flags_refused, plaintext_rule_and_tls_flags, socket_mode)
+CHECK_MAIN(durations, listen_addresses, defaults, raise_token_floor,
+           flags_win_over_environment, bad_flags_refused,
+           plaintext_rule_and_tls_flags, socket_mode)

@@ -165,6 +165,36 @@ TEST(delete_raises_floor_never_lowers)
     store_close(s);
 }
 
+TEST(raise_tokens_lifts_rows_and_floor_never_lowers)
+{
+    fresh();
+    struct store *s = open_store();
+    struct engine_change batch[] = {put("low", "A", 2, 100),
+                                    put("high", "B", 40, 100)};
+    CHECK_EQ_I64(store_apply(s, batch, 2), STORE_OK);
+    size_t raised = 99;
+    CHECK_EQ_I64(store_raise_tokens(s, 10, &raised), STORE_OK);
+    CHECK_EQ_I64(raised, 1);
+    struct loaded l = {0};
+    uint64_t floor = 0;
+    CHECK_EQ_I64(store_load(s, collect, &l, &floor), STORE_OK);
+    CHECK_EQ_U64(floor, 10);
+    CHECK_EQ_I64(l.n, 2);
+    for (int i = 0; i < l.n; i++) /* owners and expiries untouched */
+        CHECK_EQ_U64(l.token[i], strcmp(l.session[i], "low") == 0 ? 10 : 40);
+    CHECK_EQ_I64(l.expiry[0], 100);
+    /* The engine's conditional writes see the new token. */
+    struct engine_change stale = update(batch[0], "C", 3, 200);
+    CHECK_EQ_I64(store_apply(s, &stale, 1), STORE_ECONFLICT);
+    /* A lower floor changes nothing. */
+    CHECK_EQ_I64(store_raise_tokens(s, 5, &raised), STORE_OK);
+    CHECK_EQ_I64(raised, 0);
+    l.n = 0;
+    CHECK_EQ_I64(store_load(s, collect, &l, &floor), STORE_OK);
+    CHECK_EQ_U64(floor, 10);
+    store_close(s);
+}
+
 TEST(newer_schema_refused)
 {
     fresh();
@@ -214,6 +244,8 @@ TEST(meta_values_survive_reopen)
     store_close(s);
 }
 
-CHECK_MAIN(meta_values_survive_reopen, put_update_and_reload, stale_condition_rolls_back_whole_batch,
-           delete_raises_floor_never_lowers, newer_schema_refused,
-           busy_database_fails_then_recovers)
+CHECK_MAIN(meta_values_survive_reopen, put_update_and_reload,
+           stale_condition_rolls_back_whole_batch,
+           delete_raises_floor_never_lowers,
+           raise_tokens_lifts_rows_and_floor_never_lowers,
+           newer_schema_refused, busy_database_fails_then_recovers)
