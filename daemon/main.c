@@ -7,7 +7,10 @@
  *
  * SIGTERM/SIGINT: health NOT_SERVING, stop accepting, answer the calls in
  * progress (cancel what is left after --drain-timeout), commit, close,
- * exit 0. SIGHUP: reload the token file and the TLS files.
+ * exit 0. SIGHUP: reload the token file and the TLS files. A failed fsync
+ * ends the process at once with EX_IOERR (74), answering nothing more:
+ * the supervisor restarts it, and the new process reads what the disk
+ * really holds (see server.c).
  */
 #include <grpc/grpc.h>
 #include <limits.h>
@@ -15,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <sysexits.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -62,6 +66,16 @@ static void on_storage(void *arg, bool ok)
     struct daemon *d = arg;
     if (d->frontend != NULL)
         frontend_set_serving(d->frontend, ok);
+}
+
+/* A sync failed: nothing in memory can be trusted, and no graceful stop
+ * could answer anything more. Like a kill -9, which every promise already
+ * survives, but with a reason and an exit code. */
+static void on_fatal(void *arg, const char *why)
+{
+    log_error("sync_failed", "error=\"%s\" action=exit exit_code=%d", why,
+              EX_IOERR);
+    _exit(EX_IOERR);
 }
 
 static void on_server_closed(void *arg)
@@ -221,7 +235,7 @@ int main(int argc, char **argv)
         log_error("startup_failed", "reason=\"%s\"", err);
         return 1;
     }
-    server_set_reply(d.server, reply, on_storage, &d);
+    server_set_reply(d.server, reply, on_storage, on_fatal, &d);
 
     /* Signals are ours before the first listener exists: a SIGTERM right
      * after `listening` drains rather than kills. The loop runs their

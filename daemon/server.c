@@ -7,14 +7,22 @@
  * to the store in one transaction on a worker thread (group commit). Then,
  * in two steps:
  *
- *   committed  requests that changed no owner (renewals, refusals, no-op
- *              releases) are answered: their change survives a crash of
+ *   committed  requests decided from durable state (renewals, refusals,
+ *              no-op releases of sessions whose last change of owner is
+ *              synced) are answered: their change survives a crash of
  *              the process, and the restart quarantine covers a power
- *              loss (design.md, "Clocks"); the takeovers and releases
+ *              loss (docs/protocol.md, "Restart quarantine"); the others
  *              move to `waiting`, and the next batch may commit;
  *   synced     a sync (fdatasync of the WAL, on another worker) that
- *              began after their commit ended answers them (design.md,
- *              promise 7).
+ *              began after their commit ended answers them (promise 7).
+ *
+ * "The others" are the takeovers and releases, and every request decided
+ * from a session whose last change of owner is not synced yet: a
+ * re-acquire, renewal or refusal right after a takeover depends on that
+ * takeover, so it must not be answered before it is durable, and must
+ * fail if it never becomes so. The engine keeps, per session, the number
+ * of the commit that last changed its owner (engine_stamp); a request
+ * waits when that number is above `synced_seq`.
  *
  * So one commit and one sync may be in flight at once: the next batch
  * commits while the last one syncs, and no renewal waits for a disk
@@ -22,9 +30,18 @@
  * that ended before it began (`sync_covers`).
  *
  * If a commit fails, the engine undoes the batch and every request in it
- * gets UNAVAILABLE: never OK for something that was not stored. If a sync
- * fails, its commits stay, but the requests waiting for it get
- * UNAVAILABLE: their outcome is unknown, as after a lost reply.
+ * gets UNAVAILABLE: never OK for something that was not stored. Storage
+ * counts as failing (health NOT_SERVING) until a commit of the kind that
+ * failed succeeds: a renewal committing says nothing about the takeovers
+ * that failed before it (a full disk may still take the one and not the
+ * other).
+ *
+ * If a sync fails, nothing is answered any more: Linux may have dropped
+ * the dirty pages it could not write, so the page cache, and the engine
+ * built on it, are no longer the truth, and any later sync could succeed
+ * over a hole. The server calls its fatal callback (leased exits for its
+ * supervisor to restart it, which re-reads the disk under a fresh restart
+ * quarantine).
  *
  * The engine and the store are touched only by the loop, and by the
  * commit worker only while `committing` (when the loop leaves them
@@ -58,6 +75,7 @@ struct server {
     struct clock clock;
     void (*reply)(void *arg, struct request *req);
     void (*storage)(void *arg, bool ok);
+    void (*fatal)(void *arg, const char *why);
     void *reply_arg;
 
     struct request *pending, *pending_tail;
@@ -68,13 +86,20 @@ struct server {
     struct engine_change *chgs; /* MAX_BATCH + GC_MAX */
     size_t nchgs;
     bool durable; /* the batch changed an owner */
+    bool failing_durable; /* a commit that changed an owner failed */
+    /* While such commits fail, each garbage-collection tick tries one
+     * write of that kind (a commit and a sync) of its own, so that health
+     * comes back even when no takeover is asked for. */
+    bool probe_due, probing;
     int64_t batch_now_ns; /* when it was decided */
     int commit_err;
     int64_t commit_ns; /* how long store_apply took */
     char commit_errmsg[256];
     uint64_t committed_seq; /* commits ended so far */
+    uint64_t synced_seq; /* the last commit known to be durable */
     bool storage_failing;
-    struct log_limit commit_log, sync_log; /* failures: a line a second */
+    /* A line a second at most: failures, and recoveries after them. */
+    struct log_limit commit_log, recovered_log;
     uv_work_t commit_work;
 
     /* Takeovers and releases committed, waiting for a sync (in commit
@@ -83,6 +108,7 @@ struct server {
     bool syncing;
     uint64_t sync_covers; /* the last commit the sync in flight covers */
     int sync_errno;
+    char sync_errmsg[256];
     int64_t sync_ns;
     uv_work_t sync_work;
 
@@ -135,30 +161,46 @@ static void decide(struct server *s, int64_t now_ns, struct request *req)
         break;
     }
     req->reason[0] = '\0';
-    req->needs_sync = false;
     switch (rc) {
     case ENGINE_OK:
         s->nchgs++;
-        s->durable |= chg->durable;
-        req->needs_sync = chg->durable;
+        if (chg->durable) {
+            s->durable = true;
+            /* This batch's commit is the next one (one at a time). */
+            engine_stamp(chg, s->committed_seq + 1);
+        }
         req->status = REPLY_OK;
         req->grant_token = grant.token;
         req->grant_expiry_ns = grant.expiry_ns;
-        return;
+        break;
     case ENGINE_NOOP:
         req->status = REPLY_OK;
-        return;
+        break;
     case ENGINE_HELD:
         req->status = REPLY_HELD;
         snprintf(req->reason, sizeof(req->reason), "%s",
                  req->op == OP_ACQUIRE
                      ? "held by another owner"
                      : "lease lost: owner or token no longer match");
-        return;
+        break;
     default:
         req->status = REPLY_UNAVAILABLE;
         snprintf(req->reason, sizeof(req->reason), "out of memory");
+        req->needs_sync = false;
         return;
+    }
+    /* Whatever the answer, it was decided from the session's last change
+     * of owner (this one, or an earlier one): not before that is synced. */
+    req->needs_sync = engine_stamp_of(s->engine, req->session,
+                                      req->session_len) > s->synced_seq;
+}
+
+static void answer_all(struct server *s, struct request *list)
+{
+    while (list != NULL) {
+        struct request *next = list->next;
+        s->reply(s->reply_arg, list);
+        list = next;
     }
 }
 
@@ -173,20 +215,59 @@ static void set_failing(struct server *s, bool failing)
         s->storage(s->reply_arg, !failing);
 }
 
-static void answer_all(struct server *s, struct request *list)
+/* A commit ended: ok or not, and whether it changed an owner (the kind
+ * of write that must work again before storage counts as recovered). */
+static void commit_outcome(struct server *s, bool ok, bool durable)
 {
-    while (list != NULL) {
-        struct request *next = list->next;
-        s->reply(s->reply_arg, list);
-        list = next;
+    if (!ok) {
+        /* Every kind that failed since storage last worked must work. */
+        s->failing_durable = durable || (s->storage_failing &&
+                                         s->failing_durable);
+        set_failing(s, true);
+        return;
     }
+    if (!s->storage_failing || (s->failing_durable && !durable))
+        return;
+    uint64_t held;
+    if (log_limit_pass(&s->recovered_log, clock_mono_ns(), &held))
+        log_info("storage_recovered", "not_logged=%llu",
+                 (unsigned long long)held);
+    set_failing(s, false);
+}
+
+/* Answers the requests of list (linked by ->next) that need no sync, and
+ * queues the others, in order, for a sync covering commit seq. */
+static void answer_or_wait(struct server *s, struct request *list,
+                           uint64_t seq)
+{
+    struct request *now = NULL, **now_tail = &now;
+    for (struct request *r = list, *next; r != NULL; r = next) {
+        next = r->next;
+        r->next = NULL;
+        if (r->needs_sync) {
+            r->commit_seq = seq;
+            if (s->waiting_tail != NULL)
+                s->waiting_tail->next = r;
+            else
+                s->waiting = r;
+            s->waiting_tail = r;
+        } else {
+            *now_tail = r;
+            now_tail = &r->next;
+        }
+    }
+    answer_all(s, now);
 }
 
 static void run_commit(uv_work_t *w)
 {
     struct server *s = w->data;
     int64_t t0 = clock_mono_ns();
-    s->commit_err = store_apply(s->store, s->chgs, s->nchgs);
+    /* A probe is a batch of its own, with no change and no request. */
+    s->commit_err = s->probing ? store_set_meta(s->store,
+                                                "storage_checked_ns",
+                                                s->batch_now_ns)
+                               : store_apply(s->store, s->chgs, s->nchgs);
     s->commit_ns = clock_mono_ns() - t0;
     if (s->commit_err != STORE_OK)
         snprintf(s->commit_errmsg, sizeof(s->commit_errmsg), "%s",
@@ -203,6 +284,9 @@ static void run_sync(uv_work_t *w)
     int64_t t0 = clock_mono_ns();
     s->sync_errno = store_sync(s->store) == STORE_OK ? 0 : errno;
     s->sync_ns = clock_mono_ns() - t0;
+    if (s->sync_errno != 0)
+        snprintf(s->sync_errmsg, sizeof(s->sync_errmsg),
+                 "fdatasync of the WAL failed: %s", strerror(s->sync_errno));
 }
 
 /* Starts a sync for everything committed so far, if something waits for
@@ -216,33 +300,32 @@ static void maybe_sync(struct server *s)
     uv_queue_work(s->loop, &s->sync_work, run_sync, sync_done);
 }
 
+/* A sync failed: stop answering, and let the owner end the process (see
+ * the top of this file). */
+static void sync_failed(struct server *s, const char *why)
+{
+    set_failing(s, true);
+    s->fatal(s->reply_arg, why);
+}
+
 static void sync_done(uv_work_t *w, int status)
 {
     struct server *s = w->data;
-    bool ok = status == 0 && s->sync_errno == 0;
     s->syncing = false;
-    if (ok) {
-        log_debug("synced", "sync_us=%lld", (long long)(s->sync_ns / 1000));
-        metrics_observe(&metrics.fsync_seconds, (double)s->sync_ns / 1e9);
-    } else {
-        uint64_t held;
-        if (log_limit_pass(&s->sync_log, clock_mono_ns(), &held))
-            log_warn("sync_failed", "error=\"%s\" not_logged=%llu",
-                     strerror(s->sync_errno != 0 ? s->sync_errno : EIO),
-                     (unsigned long long)held);
-        set_failing(s, true);
+    if (status != 0 || s->sync_errno != 0) {
+        sync_failed(s, status != 0 ? "the sync was cancelled"
+                                   : s->sync_errmsg);
+        return;
     }
+    log_debug("synced", "sync_us=%lld", (long long)(s->sync_ns / 1000));
+    metrics_observe(&metrics.fsync_seconds, (double)s->sync_ns / 1e9);
+    s->synced_seq = s->sync_covers;
     /* Answer, in commit order, everything this sync covered. */
     struct request *done = NULL, **tail = &done;
     while (s->waiting != NULL && s->waiting->commit_seq <= s->sync_covers) {
         struct request *r = s->waiting;
         s->waiting = r->next;
         r->next = NULL;
-        if (!ok) {
-            r->status = REPLY_UNAVAILABLE;
-            snprintf(r->reason, sizeof(r->reason),
-                     "storage unavailable: outcome unknown");
-        }
         *tail = r;
         tail = &r->next;
     }
@@ -280,8 +363,9 @@ static void commit_done(uv_work_t *w, int status)
     bool ok = status == 0 && s->commit_err == STORE_OK;
     uint64_t seq = ++s->committed_seq;
     if (ok) {
-        log_debug("committed", "changes=%zu durable=%d commit_us=%lld",
-                  s->nchgs, (int)s->durable,
+        log_debug("committed",
+                  "changes=%zu durable=%d probe=%d commit_us=%lld", s->nchgs,
+                  (int)s->durable, (int)s->probing,
                   (long long)(s->commit_ns / 1000));
         metrics_observe(&metrics.batch_changes, (double)s->nchgs);
         metrics_observe(&metrics.commit_seconds, (double)s->commit_ns / 1e9);
@@ -289,9 +373,6 @@ static void commit_done(uv_work_t *w, int status)
             count_change(s, &s->chgs[i]);
             engine_finish(s->engine, &s->chgs[i], true);
         }
-        if (s->storage_failing)
-            log_info("storage_recovered", NULL);
-        set_failing(s, false);
     } else {
         for (size_t i = s->nchgs; i-- > 0;)
             engine_finish(s->engine, &s->chgs[i], false);
@@ -300,35 +381,24 @@ static void commit_done(uv_work_t *w, int status)
             log_warn("commit_failed",
                      "changes=%zu error=\"%s\" not_logged=%llu", s->nchgs,
                      s->commit_errmsg, (unsigned long long)held);
-        set_failing(s, true);
         for (struct request *r = s->batch; r != NULL; r = r->next) {
             r->status = REPLY_UNAVAILABLE;
             r->needs_sync = false;
             snprintf(r->reason, sizeof(r->reason), "storage unavailable");
         }
     }
+    if (s->commit_err == STORE_ESYNC) { /* the probe's sync */
+        sync_failed(s, s->commit_errmsg);
+        return;
+    }
+    commit_outcome(s, ok, s->durable || s->probing);
     s->nchgs = 0;
     s->committing = false;
     /* Answer what need not wait for the disk; the rest waits for a sync
      * that begins after this commit. */
-    struct request *now = NULL, **now_tail = &now;
-    for (struct request *r = s->batch, *next; r != NULL; r = next) {
-        next = r->next;
-        r->next = NULL;
-        if (r->needs_sync) {
-            r->commit_seq = seq;
-            if (s->waiting_tail != NULL)
-                s->waiting_tail->next = r;
-            else
-                s->waiting = r;
-            s->waiting_tail = r;
-        } else {
-            *now_tail = r;
-            now_tail = &r->next;
-        }
-    }
+    struct request *batch = s->batch;
     s->batch = NULL;
-    answer_all(s, now);
+    answer_or_wait(s, batch, seq);
     maybe_sync(s);
     if (s->closing)
         maybe_finish_close(s);
@@ -534,11 +604,19 @@ static void process(struct server *s)
 {
     if (!s->committing)
         take_admin(s);
-    while (!s->committing && (s->pending != NULL || s->gc_due)) {
+    while (!s->committing &&
+           (s->pending != NULL || s->gc_due || s->probe_due)) {
         int64_t now_ns = clock_now_ns(&s->clock);
         s->nchgs = 0;
         s->durable = false;
         s->batch_now_ns = now_ns;
+        s->probing = s->probe_due;
+        if (s->probing) {
+            s->probe_due = false;
+            s->committing = true;
+            uv_queue_work(s->loop, &s->commit_work, run_commit, commit_done);
+            break;
+        }
         if (s->gc_due) { /* first in the batch: see engine.h */
             s->gc_due = false;
             s->nchgs = engine_collect(s->engine, now_ns, s->chgs, GC_MAX);
@@ -555,7 +633,10 @@ static void process(struct server *s)
         if (s->pending == NULL)
             s->pending_tail = NULL;
         if (s->nchgs == 0) {
-            answer_all(s, batch);
+            /* Nothing to commit; a refusal may still wait for the sync
+             * of a takeover committed earlier. */
+            answer_or_wait(s, batch, s->committed_seq);
+            maybe_sync(s);
             continue;
         }
         s->batch = batch;
@@ -585,7 +666,12 @@ static void lower_quarantine_ttl(struct server *s, int64_t now_ns)
     if (s->quarantine_ttl_ns == s->ttl_ns ||
         now_ns < engine_quarantine_end(s->engine))
         return;
-    if (store_set_meta(s->store, "quarantine_ttl_ns", s->ttl_ns) != STORE_OK) {
+    int err = store_set_meta(s->store, "quarantine_ttl_ns", s->ttl_ns);
+    if (err == STORE_ESYNC) {
+        sync_failed(s, store_errmsg(s->store));
+        return;
+    }
+    if (err != STORE_OK) {
         log_warn("store_failed", "error=\"%s\"", store_errmsg(s->store));
         return;
     }
@@ -616,6 +702,7 @@ static void on_gc_timer(uv_timer_t *t)
     if (!s->committing) /* the store is the loop's now */
         lower_quarantine_ttl(s, now_ns);
     s->gc_due = true;
+    s->probe_due = s->storage_failing && s->failing_durable;
     process(s);
 }
 
@@ -632,22 +719,14 @@ struct server *server_create(uv_loop_t *loop, struct store *store,
     s->list_work.data = s;
     s->start_mono_ns = clock_mono_ns();
     clock_init(&s->clock);
-    s->engine = engine_create(ttl_ns, clock_now_ns(&s->clock));
     s->chgs = calloc(MAX_BATCH + GC_MAX, sizeof(*s->chgs));
-    if (s->engine == NULL || s->chgs == NULL)
+    if (s->chgs == NULL)
         goto nomem;
-    uint64_t floor = 0;
-    int err = store_load(store, load_row, s->engine, &floor);
-    if (err != STORE_OK) {
-        snprintf(errmsg, errmsg_len, "loading leases: %s",
-                 err == STORE_ENOMEM ? "out of memory" : store_errmsg(store));
-        goto fail;
-    }
-    engine_raise_floor(s->engine, floor);
     /* Leases promised before the restart may live up to the TTL they were
      * granted with: quarantine for the longer of that and this TTL. */
     s->ttl_ns = ttl_ns;
-    err = store_get_meta(store, "quarantine_ttl_ns", &s->quarantine_ttl_ns);
+    int err = store_get_meta(store, "quarantine_ttl_ns",
+                             &s->quarantine_ttl_ns);
     if (err == STORE_OK && s->quarantine_ttl_ns < ttl_ns)
         s->quarantine_ttl_ns = ttl_ns;
     if (err == STORE_OK)
@@ -657,8 +736,35 @@ struct server *server_create(uv_loop_t *loop, struct store *store,
                  store_errmsg(store));
         goto fail;
     }
+    /* Every expiry promised before the restart ends before the quarantine
+     * does; one stored later than that is an artefact of a wall clock set
+     * back since (this clock starts from the wall clock), and would keep
+     * a dead holder's lease from others for the size of the step. */
     int64_t start_ns = clock_now_ns(&s->clock);
-    engine_extend_quarantine(s->engine, start_ns + s->quarantine_ttl_ns);
+    int64_t quarantine_end_ns = start_ns + s->quarantine_ttl_ns;
+    size_t capped;
+    err = store_cap_expiries(store, quarantine_end_ns, &capped);
+    if (err != STORE_OK) {
+        snprintf(errmsg, errmsg_len, "capping expiries: %s",
+                 store_errmsg(store));
+        goto fail;
+    }
+    if (capped > 0)
+        log_warn("expiries_capped", "leases=%zu reason=\"stored expiries "
+                 "beyond the restart quarantine: the wall clock was set "
+                 "back\"", capped);
+    s->engine = engine_create(ttl_ns, start_ns);
+    if (s->engine == NULL)
+        goto nomem;
+    engine_extend_quarantine(s->engine, quarantine_end_ns);
+    uint64_t floor = 0;
+    err = store_load(store, load_row, s->engine, &floor);
+    if (err != STORE_OK) {
+        snprintf(errmsg, errmsg_len, "loading leases: %s",
+                 err == STORE_ENOMEM ? "out of memory" : store_errmsg(store));
+        goto fail;
+    }
+    engine_raise_floor(s->engine, floor);
     log_info("loaded", "leases=%zu token_floor=%llu quarantine_ms=%lld",
              engine_count(s->engine), (unsigned long long)floor,
              (long long)(s->quarantine_ttl_ns / 1000000));
@@ -681,10 +787,12 @@ fail:
 
 void server_set_reply(struct server *s,
                       void (*reply)(void *arg, struct request *req),
-                      void (*storage)(void *arg, bool ok), void *arg)
+                      void (*storage)(void *arg, bool ok),
+                      void (*fatal)(void *arg, const char *why), void *arg)
 {
     s->reply = reply;
     s->storage = storage;
+    s->fatal = fatal;
     s->reply_arg = arg;
 }
 
@@ -717,6 +825,6 @@ void server_close(struct server *s, void (*done)(void *arg), void *arg)
     s->done = done;
     s->done_arg = arg;
     uv_timer_stop(&s->gc_timer);
-    s->gc_due = false;
+    s->gc_due = s->probe_due = false;
     maybe_finish_close(s);
 }

@@ -22,11 +22,15 @@ struct server *server_create(uv_loop_t *loop, struct store *store,
                              int64_t ttl_ns, char *errmsg, size_t errmsg_len);
 
 /* Lets the server answer through reply(arg, req) once a request is done,
- * and say through storage(arg, ok) when the storage starts failing
- * (false) or works again (true). storage may be NULL. */
+ * say through storage(arg, ok) when the storage starts failing (false) or
+ * works again (true), and through fatal(arg, why) that a sync failed:
+ * from then on it answers nothing, and the caller must end the process
+ * without touching the server again (why is borrowed for the call).
+ * storage may be NULL; fatal may not. */
 void server_set_reply(struct server *s,
                       void (*reply)(void *arg, struct request *req),
-                      void (*storage)(void *arg, bool ok), void *arg);
+                      void (*storage)(void *arg, bool ok),
+                      void (*fatal)(void *arg, const char *why), void *arg);
 
 /* Takes a list of requests (linked by ->next) to decide and answer. */
 void server_submit(struct server *s, struct request *list);

@@ -10,6 +10,8 @@
  *     sessions start above it, so deleting rows never lowers a token.
  *     'quarantine_ttl_ns': the longest TTL whose leases may still be live
  *     (see server.c); absent in a new database.
+ *     'storage_checked_ns': when the daemon last wrote to check that
+ *     storage works again after a failure (see server.c).
  *
  * WAL mode, one connection, BEGIN IMMEDIATE, a bounded busy timeout.
  * synchronous is NORMAL: a commit writes its WAL frames (safe from a
@@ -374,7 +376,7 @@ static int sync_or_fail(struct store *s)
 {
     return store_sync(s) == STORE_OK
                ? STORE_OK
-               : fail(s, STORE_EIO, "syncing the WAL: %s", strerror(errno));
+               : fail(s, STORE_ESYNC, "syncing the WAL: %s", strerror(errno));
 }
 
 /* After a failure inside a transaction: best effort, and the first
@@ -410,6 +412,24 @@ int store_apply(struct store *s, const struct engine_change *chgs, size_t n)
     if (err != STORE_OK)
         roll_back(s);
     return err;
+}
+
+int store_cap_expiries(struct store *s, int64_t cap_ns, size_t *capped)
+{
+    *capped = 0;
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(
+        s->db, "UPDATE leases SET expiry_ns = ?1 WHERE expiry_ns > ?1", -1,
+        &st, NULL);
+    if (rc != SQLITE_OK)
+        return sql_fail(s, rc, "capping expiries");
+    sqlite3_bind_int64(st, 1, cap_ns);
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return sql_fail(s, rc, "capping expiries");
+    *capped = (size_t)sqlite3_changes(s->db);
+    return STORE_OK;
 }
 
 int store_raise_tokens(struct store *s, uint64_t floor, size_t *raised)
@@ -459,7 +479,7 @@ int store_get_meta(struct store *s, const char *key, int64_t *value)
 
 int store_sync(struct store *s)
 {
-    return fdatasync(s->wal_fd) == 0 ? STORE_OK : STORE_EIO;
+    return fdatasync(s->wal_fd) == 0 ? STORE_OK : STORE_ESYNC;
 }
 
 int store_set_meta(struct store *s, const char *key, int64_t value)

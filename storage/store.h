@@ -26,6 +26,8 @@ enum store_err {
     STORE_ECONFLICT = -3, /* a stored row was not what the engine saw */
     STORE_EVERSION = -4,  /* schema from a newer leased */
     STORE_ENOMEM = -5,
+    STORE_ESYNC = -6,     /* fsync failed: what was committed may be lost,
+                           * and the page cache is no longer the truth */
 };
 
 struct store;
@@ -54,9 +56,18 @@ int store_apply(struct store *s, const struct engine_change *chgs, size_t n);
 
 /* Makes every commit that completed before the call durable (fdatasync
  * of the WAL). Unlike the other calls it may run on one thread while
- * another thread uses the store. Returns STORE_OK, or STORE_EIO with
- * errno set; after an error it is unknown whether they are on disk. */
+ * another thread uses the store. Returns STORE_OK, or STORE_ESYNC with
+ * errno set; after an error it is unknown whether they are on disk, and
+ * the store must not be trusted any more (close it; a new process reads
+ * what the disk really holds). */
 int store_sync(struct store *s);
+
+/* Lowers every stored expiry later than cap_ns to cap_ns, in one
+ * committed transaction (not synced: a start after a crash caps again),
+ * and sets *capped to the number of rows changed. At start, with cap_ns
+ * the end of the restart quarantine: a wall clock stepped back across a
+ * restart then cannot make a stored expiry outlive the quarantine. */
+int store_cap_expiries(struct store *s, int64_t cap_ns, size_t *capped);
 
 /* For a restore of an older backup: raises every row's token and the
  * token floor to at least floor (1..2^62), durably, in one
@@ -65,7 +76,8 @@ int store_sync(struct store *s);
 int store_raise_tokens(struct store *s, uint64_t floor, size_t *raised);
 
 /* Reads the integer meta value under key (*value = 0 if absent), or
- * writes it durably (commit and sync). key is borrowed. */
+ * writes it durably (commit and sync: STORE_ESYNC as store_sync). key is
+ * borrowed. */
 int store_get_meta(struct store *s, const char *key, int64_t *value);
 int store_set_meta(struct store *s, const char *key, int64_t value);
 

@@ -34,6 +34,7 @@ struct engine_entry {
     uint64_t token;
     int64_t expiry_ns;
     bool held_at_start;        /* loaded held: quarantined until q_end */
+    uint64_t stamp;            /* engine_stamp: the caller's, or 0 */
     char session[];
 };
 
@@ -460,6 +461,21 @@ void engine_finish(struct engine *e, struct engine_change *chg,
         en->held_at_start = chg->old_held_at_start;
     }
     memset(chg, 0, sizeof(*chg));
+}
+
+void engine_stamp(struct engine_change *chg, uint64_t stamp)
+{
+    /* Not undone by engine_finish(…, false): a stamp too new only makes
+     * an answer wait for one more sync. */
+    chg->entry->stamp = stamp;
+}
+
+uint64_t engine_stamp_of(const struct engine *e, const char *session,
+                         size_t session_len)
+{
+    const struct engine_entry *en =
+        find(e, session, session_len, hash_bytes(e, session, session_len));
+    return en != NULL ? en->stamp : 0;
 }
 
 bool engine_get(const struct engine *e, const char *session,

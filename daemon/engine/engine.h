@@ -158,6 +158,17 @@ bool engine_census(struct engine *e, int64_t now_ns, size_t max,
 void engine_finish(struct engine *e, struct engine_change *chg,
                    bool committed);
 
+/* Stamps: a caller that makes changes durable later than it commits them
+ * (the daemon commits, then syncs) numbers its commits and stamps each
+ * change of ownership with the number of the commit that carries it. An
+ * answer decided from an entry depends on its last stamped change: it
+ * may go out only once that commit is durable (design promise 7).
+ * engine_stamp() sets the stamp of chg's entry (chg not yet finished);
+ * engine_stamp_of() reads a session's stamp, 0 for none or no entry. */
+void engine_stamp(struct engine_change *chg, uint64_t stamp);
+uint64_t engine_stamp_of(const struct engine *e, const char *session,
+                         size_t session_len);
+
 /* Looks up a session; fills *row (strings borrowed until the next call
  * that changes the engine). Returns false when there is no entry. */
 bool engine_get(const struct engine *e, const char *session,

@@ -93,4 +93,31 @@ def test_backward_step_does_not_extend_leases():
                             c.renew, a)
 
 
+
+def test_restart_with_the_clock_set_back_does_not_block_takeovers():
+    """leased dies holding a lease, and comes back with the wall clock an
+    hour behind: the stored expiry, an hour in the future on the new
+    clock, is capped at the end of the restart quarantine, so a dead
+    holder's lease is free one TTL after the start, not an hour later. Its
+    holder can still renew it meanwhile."""
+    d = stepped_daemon().start()
+    c = d.client()
+    a = c.acquire("s", "A")
+    c.acquire("kept", "K")
+    d.kill9()
+    step(d, "-1h")
+    d.start()
+    started = time.monotonic()
+    with d:
+        c = d.client()
+        harness.expect_code(grpc.StatusCode.FAILED_PRECONDITION,
+                            c.acquire, "s", "B")
+        kept = c.acquire("kept", "K")  # its owner: still its lease
+        time.sleep(max(0.0, TTL * 1.3 - (time.monotonic() - started)))
+        assert c.renew(kept).token == kept.token
+        b = c.acquire("s", "B")
+        assert b.token == a.token + 1, (a.token, b.token)
+        d.wait_log(r"level=warn msg=expiries_capped leases=2 ")
+
+
 harness.main(globals())

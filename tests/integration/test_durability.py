@@ -5,6 +5,10 @@
   strace on the real binary.
 - Calls that arrive while a commit is in flight share the next
   transaction (group commit), seen in the daemon's debug log.
+- An answer that depends on a takeover waits for the takeover's fsync,
+  and a failed fsync ends the daemon (exit 74) before anything else is
+  answered: syncs are slowed down or failed with strace's fault injection
+  on the real binary.
 """
 import os
 import re
@@ -17,6 +21,12 @@ import time
 import harness
 
 SYNCS = re.compile(r"\b(fsync|fdatasync)\(")
+# LeakSanitizer cannot run under ptrace; other tests check leaks.
+NO_LEAK_CHECK = {"ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
+                                 ":detect_leaks=0"}
+OK = harness.grpc.StatusCode.OK
+HELD = harness.grpc.StatusCode.FAILED_PRECONDITION
+EX_IOERR = 74
 
 
 def count_syncs(work):
@@ -25,10 +35,7 @@ def count_syncs(work):
     from then until it exited."""
     with tempfile.TemporaryDirectory(prefix="leased-strace-") as tmp:
         out = os.path.join(tmp, "strace.out")
-        # LeakSanitizer cannot run under ptrace; other tests check leaks.
-        env = {"ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
-                               ":detect_leaks=0"}
-        with harness.Leased(ttl="30s", env=env) as d:
+        with harness.Leased(ttl="30s", env=NO_LEAK_CHECK) as d:
             c = d.client()
             c.acquire("warm-up", "A")
             tracer = subprocess.Popen(
@@ -91,6 +98,166 @@ def test_calls_arriving_during_a_commit_share_the_next():
         # warm-up, then the first of the 20 alone, then the rest together.
         assert sum(sizes) == 21, sizes
         assert max(sizes) >= 10, sizes
+
+
+class FaultySyncs:
+    """strace attached to every thread of the daemon, injecting into each
+    of its fsync and fdatasync calls from now on (strace's inject= syntax,
+    e.g. "delay_enter=1000000" or "error=EIO")."""
+
+    def __init__(self, d, inject):
+        self.d = d
+        self.inject = inject
+
+    def __enter__(self):
+        self.out = os.path.join(self.d.data_dir, "..", "strace.out")
+        self.tracer = subprocess.Popen(
+            ["strace", "-f", "-qq", "-e", "trace=fsync,fdatasync",
+             "-e", "inject=fsync,fdatasync:" + self.inject,
+             "-o", self.out, "-p", str(self.d.proc.pid)])
+        self.d.wait_file(self.out)
+        time.sleep(0.3)  # strace attaches to every thread
+        return self
+
+    def __exit__(self, *exc):
+        if self.tracer.poll() is None:
+            self.tracer.terminate()
+        self.tracer.wait(timeout=15)
+
+
+class Timed(threading.Thread):
+    """Runs fn(*args) on a thread of its own: .code is its status, .value
+    its result, .done the monotonic time it returned."""
+
+    def __init__(self, fn, *args):
+        super().__init__()
+        self.fn, self.args = fn, args
+        self.start()
+
+    def run(self):
+        try:
+            self.value = self.fn(*self.args)
+            self.code = OK
+        except harness.grpc.RpcError as e:
+            self.value, self.code = None, e.code()
+        self.done = time.monotonic()
+
+
+def test_answers_wait_for_the_takeover_they_depend_on():
+    """A re-acquire by the new owner, its renewal, and a competitor's
+    refusal change no owner themselves, but each was decided from a
+    takeover: none is answered before that takeover's fsync ends, however
+    slow the fsync is."""
+    with harness.Leased(ttl="5s", env=NO_LEAK_CHECK) as d:
+        c = d.client()
+        c.acquire("warm-up", "A")
+        with FaultySyncs(d, "delay_enter=1000000"):
+            start = time.monotonic()
+            takeover = Timed(c.acquire, "s", "A")
+            time.sleep(0.3)  # committed by now, its fsync still slow
+            again = Timed(c.acquire, "s", "A")
+            lease = harness.pb.Lease(session_id="s", owner="A", token=1)
+            renewal = Timed(c.renew, lease)
+            refusal = Timed(c.acquire, "s", "B")
+            for t in (takeover, again, renewal, refusal):
+                t.join(10)
+        assert takeover.code == OK and takeover.value.token == 1
+        assert again.code == OK and again.value.token == 1, again.code
+        assert renewal.code == OK, renewal.code
+        assert refusal.code == HELD, refusal.code
+        for t in (again, renewal, refusal):
+            # Answered with the takeover, a second after it began: not as
+            # soon as decided (0.3 s).
+            assert t.done - start >= 0.9, t.done - start
+
+
+def test_a_failed_fsync_fails_what_depends_on_it_and_ends_the_daemon():
+    """fdatasync fails (EIO): the takeover and every answer decided from it
+    (a re-acquire, a renewal with its token) get no OK, and leased exits
+    with EX_IOERR at once, answering nothing more: the page cache is no
+    longer the truth. Restarted, it has every lease it acknowledged."""
+    with harness.Leased(ttl="5s", env=NO_LEAK_CHECK) as d:
+        c = d.client()
+        held = c.acquire("held", "A")
+        with FaultySyncs(d, "error=EIO:delay_enter=1000000"):
+            takeover = Timed(c.acquire, "s", "A")
+            time.sleep(0.3)
+            again = Timed(c.acquire, "s", "A")
+            lease = harness.pb.Lease(session_id="s", owner="A", token=1)
+            renewal = Timed(c.renew, lease)
+            for t in (takeover, again, renewal):
+                t.join(10)
+            for t in (takeover, again, renewal):
+                assert t.code not in (OK, HELD), t.code
+            rc = d.proc.wait(timeout=10)
+        assert rc == EX_IOERR, (rc, d.log_text())
+        log = d.log_text()
+        assert re.search(r"level=error msg=sync_failed error=\"fdatasync of "
+                         r"the WAL failed: Input/output error\" action=exit "
+                         r"exit_code=74", log), log
+        d.start()
+        c = d.client()
+        assert c.renew(held).token == held.token
+        harness.expect_code(HELD, c.acquire, "held", "B")
+
+
+def test_health_does_not_flap_while_every_fsync_fails():
+    """With every fsync failing, renewals still commit; they must not make
+    storage count as recovered. The first failed sync ends the daemon:
+    health goes from SERVING to the end of the stream, and no
+    storage_recovered is ever logged."""
+    with harness.Leased(ttl="5s", env=NO_LEAK_CHECK) as d:
+        c = d.client()
+        leases = [c.acquire("r%d" % i, "A") for i in range(4)]
+        stream, statuses = c.watch(timeout=30)
+        assert next(statuses) == "SERVING"
+        seen = []
+
+        def watch():
+            try:
+                seen.extend(statuses)
+            except harness.grpc.RpcError:
+                pass  # the daemon is gone: the stream ends with an error
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        with FaultySyncs(d, "error=EIO"):
+            end = time.monotonic() + 3
+            i = 0
+            while time.monotonic() < end and d.proc.poll() is None:
+                calls = [Timed(c.renew, l) for l in leases]
+                calls.append(Timed(c.acquire, "t%d" % i, "A"))
+                for t in calls:
+                    t.join(10)
+                i += 1
+            assert "msg=storage_recovered" not in d.log_text()
+            assert "SERVING" not in seen, seen
+            rc = d.proc.wait(timeout=10)
+        watcher.join(10)
+        assert rc == EX_IOERR, rc
+        assert "SERVING" not in seen, seen
+
+
+def test_storage_recovers_only_when_the_kind_that_failed_works():
+    """A takeover's commit fails (the database locked past the busy
+    timeout); a renewal committing afterwards says nothing about
+    takeovers, so storage counts as recovered only after a commit that
+    changes an owner, or the daemon's own probe of one, succeeds."""
+    with harness.Leased(ttl="5s", args=["--log-level", "debug"]) as d:
+        c = d.client()
+        held = c.acquire("held", "A")
+        with harness.WriteLock(d.db_path):
+            harness.expect_code(harness.grpc.StatusCode.UNAVAILABLE,
+                                c.acquire, "s", "B")
+        for _ in range(20):
+            c.renew(held)
+        d.wait_log(r"msg=storage_recovered")
+        log = d.log_text()
+        lines = log[:log.index("msg=storage_recovered")].splitlines()
+        commits = [re.search(r"msg=committed changes=\d+ durable=(\d)"
+                             r"(?: probe=(\d))?", l) for l in lines]
+        last = [m for m in commits if m][-1]
+        assert "1" in (last.group(1), last.group(2)), last.group(0)
 
 
 def test_shorter_ttl_after_restart_keeps_the_old_quarantine():
