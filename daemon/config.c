@@ -370,7 +370,7 @@ int config_parse(struct config *cfg, int argc, char **argv, char *errmsg,
     };
 
     bool given[128] = {false};
-    optind = 1;
+    optind = 0; /* glibc: forget everything of a previous parse */
     opterr = 0;
     int opt, index = 0;
     while ((opt = getopt_long(argc, argv, ":", long_options, &index)) != -1) {
@@ -386,6 +386,9 @@ int config_parse(struct config *cfg, int argc, char **argv, char *errmsg,
         case ':':
             return fail(errmsg, len, "%s needs a value (see --help)", arg);
         case '?':
+            if (optopt != 0) /* a short flag, maybe inside "-xy" */
+                return fail(errmsg, len, "unknown flag -%c (see --help)",
+                            optopt);
             return fail(errmsg, len, "unknown flag %s (see --help)", arg);
         default:
             given[opt] = true;

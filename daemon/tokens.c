@@ -37,8 +37,10 @@ static bool token_char(unsigned char c)
            (c >= '0' && c <= '9') || strchr("-._~+/=", c) != NULL;
 }
 
-/* Reads the whole file into buf (NUL-terminated), checking its mode. */
-static int read_file(const char *path, char *buf, char *errmsg, size_t len)
+/* Reads the whole file into buf (FILE_MAX + 1 bytes), checking its mode;
+ * *got_out is the number of bytes read, and buf[*got_out] is a NUL. */
+static int read_file(const char *path, char *buf, size_t *got_out,
+                     char *errmsg, size_t len)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -75,6 +77,7 @@ static int read_file(const char *path, char *buf, char *errmsg, size_t len)
     }
     close(fd);
     buf[got] = '\0';
+    *got_out = got;
     return rc;
 }
 
@@ -127,35 +130,63 @@ static int parse(const char *path, char *text, struct set *set, char *errmsg,
     return 0;
 }
 
-/* Loads the file into a new set; the caller frees it. */
-static struct set *load_set(const char *path, char *errmsg, size_t len)
+/* Parses a file's text (borrowed) into a new set; the caller frees it.
+ * parse() cuts lines in place, so it works on a NUL-terminated copy. */
+static struct set *parse_set(const char *name, const char *text,
+                             size_t text_len, char *errmsg, size_t len)
 {
-    char *text = malloc(FILE_MAX + 1);
+    if (text_len > FILE_MAX) {
+        snprintf(errmsg, len, "%s: larger than %d bytes", name, FILE_MAX);
+        return NULL;
+    }
+    char *copy = malloc(text_len + 1);
     struct set *set = malloc(sizeof(*set));
     int rc = -1;
-    if (text == NULL || set == NULL)
+    if (copy == NULL || set == NULL) {
         snprintf(errmsg, len, "out of memory");
-    else if (read_file(path, text, errmsg, len) == 0)
-        rc = parse(path, text, set, errmsg, len);
-    if (text != NULL) {
-        explicit_bzero(text, FILE_MAX + 1); /* no copies of tokens left about */
-        free(text);
+    } else {
+        memcpy(copy, text, text_len);
+        copy[text_len] = '\0';
+        rc = parse(name, copy, set, errmsg, len);
     }
-    if (rc != 0) {
+    if (copy != NULL) {
+        explicit_bzero(copy, text_len + 1); /* no copies of tokens left about */
+        free(copy);
+    }
+    if (rc != 0 && set != NULL) {
+        explicit_bzero(set, sizeof(*set)); /* the tokens before a bad line */
         free(set);
-        return NULL;
+        set = NULL;
     }
     return set;
 }
 
-struct tokens *tokens_load(const char *path, char *errmsg, size_t len)
+/* Loads the file into a new set: reads it, then parses the text. */
+static struct set *load_set(const char *path, char *errmsg, size_t len)
 {
-    struct set *set = load_set(path, errmsg, len);
-    if (set == NULL)
-        return NULL;
+    char *text = malloc(FILE_MAX + 1);
+    size_t got = 0;
+    struct set *set = NULL;
+    if (text == NULL)
+        snprintf(errmsg, len, "out of memory");
+    else if (read_file(path, text, &got, errmsg, len) == 0)
+        set = parse_set(path, text, got, errmsg, len);
+    if (text != NULL) {
+        explicit_bzero(text, FILE_MAX + 1);
+        free(text);
+    }
+    return set;
+}
+
+/* A new struct tokens holding *set (which it copies and wipes) and path
+ * (borrowed; NULL: nothing to reload). Frees set. */
+static struct tokens *tokens_new(const char *path, struct set *set,
+                                 char *errmsg, size_t len)
+{
     struct tokens *t = calloc(1, sizeof(*t));
     if (t == NULL) {
         snprintf(errmsg, len, "out of memory");
+        explicit_bzero(set, sizeof(*set));
         free(set);
         return NULL;
     }
@@ -167,8 +198,25 @@ struct tokens *tokens_load(const char *path, char *errmsg, size_t len)
     return t;
 }
 
+struct tokens *tokens_load(const char *path, char *errmsg, size_t len)
+{
+    struct set *set = load_set(path, errmsg, len);
+    return set != NULL ? tokens_new(path, set, errmsg, len) : NULL;
+}
+
+struct tokens *tokens_parse(const char *name, const char *text,
+                            size_t text_len, char *errmsg, size_t len)
+{
+    struct set *set = parse_set(name, text, text_len, errmsg, len);
+    return set != NULL ? tokens_new(NULL, set, errmsg, len) : NULL;
+}
+
 int tokens_reload(struct tokens *t, char *errmsg, size_t len)
 {
+    if (t->path == NULL) {
+        snprintf(errmsg, len, "no token file to reload");
+        return -1;
+    }
     struct set *set = load_set(t->path, errmsg, len);
     if (set == NULL)
         return -1;

@@ -28,6 +28,16 @@ struct tokens;
  * bad line (named by number). */
 struct tokens *tokens_load(const char *path, char *errmsg, size_t len);
 
+/* Parses text (text_len bytes, borrowed; it need not be NUL-terminated)
+ * exactly as tokens_load() parses a file's contents; name (borrowed, not
+ * kept) stands for the file in messages. The set has no file to reload:
+ * tokens_reload() on it fails. Returns NULL with errmsg set when the text
+ * is longer than a token file may be (64 KiB), has no token, or has a bad
+ * line, or when out of memory. For tests and fuzzing; the daemon loads
+ * files. */
+struct tokens *tokens_parse(const char *name, const char *text,
+                            size_t text_len, char *errmsg, size_t len);
+
 /* Reads the file again; on any error the old set stays and errmsg says
  * why. Returns 0 or -1. */
 int tokens_reload(struct tokens *t, char *errmsg, size_t len);

@@ -2,9 +2,10 @@
 # The test command: installs what is missing, builds leased three times
 # and tests each build: plain (every suite, and the daemon under
 # valgrind), with the address and undefined-behaviour sanitizers (every
-# suite), and with the thread sanitizer (unit and conformance suites). It
-# ends with one line "N passed, N failed" and exits non-zero when anything
-# failed.
+# suite), and with the thread sanitizer (unit, conformance and fuzz
+# suites). Then it builds the fuzz targets with clang's libFuzzer and
+# fuzzes each for a bounded time. It ends with one line "N passed, N
+# failed" and exits non-zero when anything failed.
 set -u
 cd "$(dirname "$0")/.."
 tools/deps.sh || { echo "0 passed, 1 failed"; exit 1; }
@@ -20,7 +21,8 @@ failures=$(mktemp)
 trap 'rm -f "$failures"' EXIT
 
 # run_suite DIR [MESON OPTIONS…] [-- MESON TEST OPTIONS…]: configure,
-# build, test; add up the results.
+# build (everything, or only the targets in $targets when it is set),
+# test; add up the results.
 run_suite() {
   local dir=$1; shift
   local opts=() test_opts=()
@@ -32,7 +34,8 @@ run_suite() {
   else
     meson setup "$dir" -Dwerror=true "${opts[@]}" >/dev/null
   fi || { echo "setup of $dir failed"; failed=$((failed + 1)); return; }
-  if ! meson compile -C "$dir" >"$dir/compile.log" 2>&1; then
+  # shellcheck disable=SC2086 # $targets: names, split at spaces
+  if ! meson compile -C "$dir" ${targets:-} >"$dir/compile.log" 2>&1; then
     cat "$dir/compile.log"
     echo "build of $dir failed"
     failed=$((failed + 1))
@@ -72,7 +75,11 @@ PY
 run_suite build
 run_suite build-sanitize -Db_sanitize=address,undefined -Db_lundef=false
 run_suite build-tsan -Db_sanitize=thread -Db_lundef=false \
-  -- --suite unit --suite conformance
+  -- --suite unit --suite conformance --suite fuzz
+# The fuzz targets alone (alias `fuzz`), with clang and libFuzzer: each
+# fuzzed for a bounded time from a copy of its corpus (tests/fuzz).
+CC=clang targets=fuzz run_suite build-fuzz -Dtests=false -Dfuzzer=true \
+  -Db_sanitize=address,undefined -Db_lundef=false -- --suite fuzz
 
 if [ -s "$failures" ]; then
   echo "=== failed tests, the end of their output"

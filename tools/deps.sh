@@ -11,6 +11,7 @@ packages=(
   libmicrohttpd-dev python3-prometheus-client systemd
   golang-go golang-google-grpc-dev golang-google-protobuf-dev
   python3 python3-grpcio python3-protobuf libfaketime valgrind strace
+  clang libclang-rt-14-dev
 )
 
 missing=()

@@ -133,6 +133,13 @@ TEST(bad_flags_refused)
     char *a11[] = {"leased", "--max-pending=0", NULL};
     CHECK_EQ_I64(config_parse(&cfg, 2, a11, err, sizeof(err)), CONFIG_ERROR);
     CHECK(strncmp(err, "--max-pending 0: ", 17) == 0);
+    /* A short flag cluster is named by its flag, and leaves nothing
+     * behind for the next parse. */
+    char *a12[] = {"leased", "-xy", NULL};
+    CHECK_EQ_I64(config_parse(&cfg, 2, a12, err, sizeof(err)), CONFIG_ERROR);
+    CHECK(strncmp(err, "unknown flag -x ", 16) == 0);
+    char *a13[] = {"leased", "--ttl", "1s", NULL};
+    CHECK_EQ_I64(config_parse(&cfg, 3, a13, err, sizeof(err)), CONFIG_OK);
 }
 
 TEST(plaintext_rule_and_tls_flags)
