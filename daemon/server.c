@@ -20,9 +20,12 @@
  * from a session whose last change of owner is not synced yet: a
  * re-acquire, renewal or refusal right after a takeover depends on that
  * takeover, so it must not be answered before it is durable, and must
- * fail if it never becomes so. The engine keeps, per session, the number
- * of the commit that last changed its owner (engine_stamp); a request
- * waits when that number is above `synced_seq`.
+ * fail if it never becomes so. The same holds for a request about a
+ * session garbage collection removed (a no-op release, a refusal): the
+ * row would come back after a power loss. The engine keeps, per session,
+ * the number of the commit that last changed its owner, and that of the
+ * last collection (engine_stamp); a request waits when the number it
+ * depends on is above `synced_seq`.
  *
  * So one commit and one sync may be in flight at once: the next batch
  * commits while the last one syncs, and no renewal waits for a disk
@@ -167,7 +170,7 @@ static void decide(struct server *s, int64_t now_ns, struct request *req)
         if (chg->durable) {
             s->durable = true;
             /* This batch's commit is the next one (one at a time). */
-            engine_stamp(chg, s->committed_seq + 1);
+            engine_stamp(s->engine, chg, s->committed_seq + 1);
         }
         req->status = REPLY_OK;
         req->grant_token = grant.token;
@@ -620,6 +623,8 @@ static void process(struct server *s)
         if (s->gc_due) { /* first in the batch: see engine.h */
             s->gc_due = false;
             s->nchgs = engine_collect(s->engine, now_ns, s->chgs, GC_MAX);
+            for (size_t i = 0; i < s->nchgs; i++)
+                engine_stamp(s->engine, &s->chgs[i], s->committed_seq + 1);
         }
         struct request *batch = NULL, **tail = &batch;
         for (size_t n = 0; s->pending != NULL && n < MAX_BATCH; n++) {

@@ -48,6 +48,7 @@ struct engine {
     int64_t ttl_ns;
     int64_t quarantine_end_ns;
     uint64_t floor;
+    uint64_t collect_stamp; /* engine_stamp of the last collection */
     struct siphash_key hash_key; /* random, per engine */
 };
 
@@ -463,11 +464,14 @@ void engine_finish(struct engine *e, struct engine_change *chg,
     memset(chg, 0, sizeof(*chg));
 }
 
-void engine_stamp(struct engine_change *chg, uint64_t stamp)
+void engine_stamp(struct engine *e, struct engine_change *chg,
+                  uint64_t stamp)
 {
     /* Not undone by engine_finish(…, false): a stamp too new only makes
      * an answer wait for one more sync. */
     chg->entry->stamp = stamp;
+    if (chg->kind == ENGINE_DELETE && stamp > e->collect_stamp)
+        e->collect_stamp = stamp;
 }
 
 uint64_t engine_stamp_of(const struct engine *e, const char *session,
@@ -475,7 +479,7 @@ uint64_t engine_stamp_of(const struct engine *e, const char *session,
 {
     const struct engine_entry *en =
         find(e, session, session_len, hash_bytes(e, session, session_len));
-    return en != NULL ? en->stamp : 0;
+    return en != NULL ? en->stamp : e->collect_stamp;
 }
 
 bool engine_get(const struct engine *e, const char *session,

@@ -160,12 +160,16 @@ void engine_finish(struct engine *e, struct engine_change *chg,
 
 /* Stamps: a caller that makes changes durable later than it commits them
  * (the daemon commits, then syncs) numbers its commits and stamps each
- * change of ownership with the number of the commit that carries it. An
- * answer decided from an entry depends on its last stamped change: it
- * may go out only once that commit is durable (design promise 7).
- * engine_stamp() sets the stamp of chg's entry (chg not yet finished);
- * engine_stamp_of() reads a session's stamp, 0 for none or no entry. */
-void engine_stamp(struct engine_change *chg, uint64_t stamp);
+ * change of ownership, and each collection, with the number of the commit
+ * that carries it. An answer decided from an entry depends on its last
+ * stamped change, and one decided from the absence of an entry on the
+ * last collection: it may go out only once that commit is durable (a
+ * collected row that comes back after a power loss would undo a refusal
+ * or a no-op release answered meanwhile).
+ * engine_stamp() stamps chg (not yet finished); engine_stamp_of() reads
+ * a session's stamp: its entry's, or the last collection's (0: none). */
+void engine_stamp(struct engine *e, struct engine_change *chg,
+                  uint64_t stamp);
 uint64_t engine_stamp_of(const struct engine *e, const char *session,
                          size_t session_len);
 

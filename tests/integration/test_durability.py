@@ -171,6 +171,36 @@ def test_answers_wait_for_the_takeover_they_depend_on():
             assert t.done - start >= 0.9, t.done - start
 
 
+def test_answers_about_a_collected_lease_wait_for_the_collection():
+    """Garbage collection deletes the row of a lease expired for more than
+    a TTL: committed, not yet synced. A no-op release and a refused
+    renewal of that lease are decided from the row's absence, so they are
+    answered only once the deletion is durable: after a power loss the
+    row would come back, and with it a lease they said was gone."""
+    with harness.Leased(ttl="1s", env=NO_LEAK_CHECK) as d:
+        c = d.client()
+        lease = c.acquire("s", "A")
+        deadline = time.monotonic() + 10
+        while True:  # expires at 1 s, collectable after 2 s
+            con = sqlite3.connect(d.db_path, timeout=5)
+            rows = con.execute("SELECT count(*) FROM leases").fetchone()[0]
+            con.close()
+            if rows == 0:
+                break
+            assert time.monotonic() < deadline, "never collected"
+            time.sleep(0.1)
+        with FaultySyncs(d, "delay_enter=1000000"):
+            start = time.monotonic()
+            release = Timed(c.release, lease)
+            renewal = Timed(c.renew, lease)
+            release.join(10)
+            renewal.join(10)
+        assert release.code == OK, release.code
+        assert renewal.code == HELD, renewal.code
+        for t in (release, renewal):
+            assert t.done - start >= 0.9, t.done - start
+
+
 def test_a_failed_fsync_fails_what_depends_on_it_and_ends_the_daemon():
     """fdatasync fails (EIO): the takeover and every answer decided from it
     (a re-acquire, a renewal with its token) get no OK, and leased exits
