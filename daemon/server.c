@@ -61,6 +61,7 @@
 
 #include "clock.h"
 #include "engine.h"
+#include "faultpoint.h"
 #include "log.h"
 #include "metrics.h"
 #include "store.h"
@@ -158,10 +159,23 @@ static void decide(struct server *s, int64_t now_ns, struct request *req)
                           req->owner, req->owner_len, req->token, &grant,
                           chg);
         break;
-    default:
-        rc = engine_release(s->engine, req->session, req->session_len,
-                            req->owner, req->owner_len, req->token, chg);
+    default: {
+        const char *owner = req->owner;
+        size_t owner_len = req->owner_len;
+        uint64_t token = req->token;
+        struct lease_row row;
+        /* A negative control of the fault campaign: any release frees. */
+        if (FAULT_BROKEN("release_no_owner_check") &&
+            engine_get(s->engine, req->session, req->session_len, &row) &&
+            row.owner_len > 0) {
+            owner = row.owner;
+            owner_len = row.owner_len;
+            token = row.token;
+        }
+        rc = engine_release(s->engine, req->session, req->session_len, owner,
+                            owner_len, token, chg);
         break;
+    }
     }
     req->reason[0] = '\0';
     switch (rc) {
@@ -195,7 +209,8 @@ static void decide(struct server *s, int64_t now_ns, struct request *req)
     /* Whatever the answer, it was decided from the session's last change
      * of owner (this one, or an earlier one): not before that is synced. */
     req->needs_sync = engine_stamp_of(s->engine, req->session,
-                                      req->session_len) > s->synced_seq;
+                                      req->session_len) > s->synced_seq &&
+                      !FAULT_BROKEN("reply_before_sync"); /* a control */
 }
 
 static void answer_all(struct server *s, struct request *list)
@@ -271,6 +286,8 @@ static void run_commit(uv_work_t *w)
                                                 "storage_checked_ns",
                                                 s->batch_now_ns)
                                : store_apply(s->store, s->chgs, s->nchgs);
+    if (s->nchgs > 0 && s->chgs[0].kind == ENGINE_DELETE) /* GC: first */
+        FAULT_POINT("gc_commit");
     s->commit_ns = clock_mono_ns() - t0;
     if (s->commit_err != STORE_OK)
         snprintf(s->commit_errmsg, sizeof(s->commit_errmsg), "%s",
@@ -284,6 +301,7 @@ static void sync_done(uv_work_t *w, int status);
 static void run_sync(uv_work_t *w)
 {
     struct server *s = w->data;
+    FAULT_POINT("before_sync");
     int64_t t0 = clock_mono_ns();
     s->sync_errno = store_sync(s->store) == STORE_OK ? 0 : errno;
     s->sync_ns = clock_mono_ns() - t0;
@@ -376,6 +394,7 @@ static void commit_done(uv_work_t *w, int status)
             count_change(s, &s->chgs[i]);
             engine_finish(s->engine, &s->chgs[i], true);
         }
+        FAULT_POINT("after_commit"); /* committed, nothing answered yet */
     } else {
         for (size_t i = s->nchgs; i-- > 0;)
             engine_finish(s->engine, &s->chgs[i], false);
@@ -747,8 +766,11 @@ struct server *server_create(uv_loop_t *loop, struct store *store,
      * a dead holder's lease from others for the size of the step. */
     int64_t start_ns = clock_now_ns(&s->clock);
     int64_t quarantine_end_ns = start_ns + s->quarantine_ttl_ns;
-    size_t capped;
-    err = store_cap_expiries(store, quarantine_end_ns, &capped);
+    size_t capped = 0;
+    /* A negative control of the fault campaign: no quarantine at all. */
+    bool quarantine = !FAULT_BROKEN("no_quarantine");
+    err = quarantine ? store_cap_expiries(store, quarantine_end_ns, &capped)
+                     : STORE_OK;
     if (err != STORE_OK) {
         snprintf(errmsg, errmsg_len, "capping expiries: %s",
                  store_errmsg(store));
@@ -758,10 +780,12 @@ struct server *server_create(uv_loop_t *loop, struct store *store,
         log_warn("expiries_capped", "leases=%zu reason=\"stored expiries "
                  "beyond the restart quarantine: the wall clock was set "
                  "back\"", capped);
-    s->engine = engine_create(ttl_ns, start_ns);
+    s->engine = engine_create(ttl_ns, quarantine ? start_ns
+                                                 : start_ns - ttl_ns);
     if (s->engine == NULL)
         goto nomem;
-    engine_extend_quarantine(s->engine, quarantine_end_ns);
+    if (quarantine)
+        engine_extend_quarantine(s->engine, quarantine_end_ns);
     uint64_t floor = 0;
     err = store_load(store, load_row, s->engine, &floor);
     if (err != STORE_OK) {

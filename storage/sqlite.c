@@ -36,6 +36,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "faultpoint.h"
+
 #define SCHEMA_VERSION 1
 
 enum stmt_id {
@@ -275,6 +277,14 @@ int store_load(struct store *s,
                int (*row_cb)(void *arg, const struct lease_row *row),
                void *arg, uint64_t *floor)
 {
+    /* A negative control of the fault campaign: tokens forgotten. */
+    if (FAULT_BROKEN("forget_tokens")) {
+        int err = exec(s, "DELETE FROM leases; "
+                          "UPDATE meta SET value = 0 "
+                          "WHERE key = 'token_floor'");
+        if (err != STORE_OK)
+            return err;
+    }
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(
         s->db, "SELECT session_id, owner, token, expiry_ns FROM leases", -1,
