@@ -28,10 +28,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+import cases  # noqa: E402
 import checker  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
@@ -1098,32 +1099,5 @@ def test_command_bad_input_exit_2():
             raise AssertionError("accepted %s" % bad)
 
 
-# ---- main (as tests/integration/harness.py's) -------------------------------
-
-def main(namespace):
-    cases = {k: v for k, v in namespace.items()
-             if k.startswith("test_") and callable(v)}
-    if sys.argv[1:] == ["--list"]:
-        print("\n".join(sorted(cases)))
-        return
-    names = sys.argv[1:] or sorted(cases)
-    failed = 0
-    for name in names:
-        if name not in cases:
-            print("no such case: %s" % name)
-            failed += 1
-            continue
-        start = time.monotonic()
-        try:
-            cases[name]()
-        except Exception:
-            failed += 1
-            print("FAIL %s" % name)
-            print(traceback.format_exc(), end="", file=sys.stderr)
-            continue
-        print("ok   %s (%.2fs)" % (name, time.monotonic() - start))
-    sys.exit(1 if failed else 0)
-
-
 if __name__ == "__main__":
-    main(globals())
+    cases.main(globals())

@@ -22,9 +22,10 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import cases  # noqa: E402
 PYTHON = "/usr/bin/python3"
 HEADER = 48  # sizeof(struct faultfs_log_header), faultfs.h
 
@@ -696,27 +697,7 @@ def main():
         return child()
     if sys.argv[1:2] == ["--child-sqlite"]:
         return child_sqlite(sys.argv[2], sys.argv[3] == "1")
-    cases = {k[5:]: v for k, v in globals().items()
-             if k.startswith("test_") and callable(v)}
-    if sys.argv[1:] == ["--list"]:
-        print("\n".join(sorted(cases)))
-        return
-    names = sys.argv[1:] or sorted(cases)
-    failed = 0
-    for name in names:
-        if name not in cases:
-            print("no such case: %s" % name)
-            failed += 1
-            continue
-        start = time.monotonic()
-        try:
-            cases[name]()
-            print("ok   %s (%.2fs)" % (name, time.monotonic() - start))
-        except Exception:
-            failed += 1
-            print("FAIL %s" % name)
-            traceback.print_exc()
-    sys.exit(1 if failed else 0)
+    cases.main(globals(), strip=True)
 
 
 if __name__ == "__main__":
