@@ -113,7 +113,7 @@ class Worker:
         self.held = None
 
     def step_free(self):
-        if self.stale and self.rng.random() < 0.15:
+        if self.stale and self.rng.random() < self.args.stale:
             # A stale client: what it sends must change nothing.
             session, token = self.rng.choice(self.stale)
             self.call(self.rng.choice(["release", "renew"]), session, token)
@@ -174,6 +174,8 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--hot", type=int, default=2)
     p.add_argument("--cold", type=int, default=20)
+    p.add_argument("--stale", type=float, default=0.15,
+                   help="how often a free worker sends a stale call")
     Worker(p.parse_args()).run()
 
 
