@@ -4,12 +4,66 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+/* What the sanitizers print when they find a bug (tests/run.sh builds
+ * leased with ASan+UBSan and with TSan). */
+static const char *const report_marks[] = {
+    "WARNING: ThreadSanitizer", "ThreadSanitizer: CHECK failed",
+    "ERROR: AddressSanitizer", "ERROR: LeakSanitizer", ": runtime error: "};
+
+/* A daemon stopped by daemon_stop() had a report in its log. */
+static bool reported;
+
+static bool has_mark(const char *line)
+{
+    for (size_t i = 0; i < sizeof(report_marks) / sizeof(report_marks[0]);
+         i++)
+        if (strstr(line, report_marks[i]) != NULL)
+            return true;
+    return false;
+}
+
+/* Prints the first sanitizer report in the log (to its SUMMARY line, at
+ * most 80 lines) to stderr; returns whether there was one. */
+static bool print_report(const char *log)
+{
+    FILE *f = fopen(log, "r");
+    if (f == NULL)
+        return false;
+    char line[1024];
+    int shown = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (shown == 0 && !has_mark(line))
+            continue;
+        if (shown == 0)
+            fprintf(stderr, "leased printed a sanitizer report (%s):\n", log);
+        fputs(line, stderr);
+        if (++shown == 80 || strncmp(line, "SUMMARY:", 8) == 0)
+            break;
+    }
+    fclose(f);
+    return shown > 0;
+}
+
+/* At exit: a report in any daemon this process stopped fails it, also
+ * where the test did not look at daemon_stop()'s result (after a kill -9,
+ * say). */
+static void fail_if_reported(void)
+{
+    if (!reported)
+        return;
+    fprintf(stderr, "a leased this test stopped printed a sanitizer report "
+                    "(above): the test fails\n");
+    fflush(NULL);
+    _exit(1);
+}
 
 static void sleep_ms(long ms)
 {
@@ -41,6 +95,9 @@ int daemon_start(struct daemon_proc *d, const char *ttl, ...)
         fprintf(stderr, "LEASED_BIN is not set\n");
         return -1;
     }
+    static bool registered;
+    if (!registered)
+        registered = atexit(fail_if_reported) == 0;
     memset(d, 0, sizeof(*d));
     snprintf(d->dir, sizeof(d->dir), "/tmp/leased-ctest-XXXXXX");
     if (mkdtemp(d->dir) == NULL)
@@ -89,7 +146,11 @@ int daemon_stop(struct daemon_proc *d)
 {
     int rc = -1;
     if (d->pid > 0) {
-        kill(d->pid, SIGTERM);
+        /* To the main thread: kill() lets the kernel hand the signal to
+         * any thread, and under ThreadSanitizer one that lands on a gRPC
+         * thread asleep in a futex waits there, unhandled, for as long as
+         * that thread sleeps (harness.py's signal_main_thread()). */
+        tgkill(d->pid, d->pid, SIGTERM);
         for (int i = 0; i < 2000; i++) {
             int status;
             if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
@@ -111,6 +172,12 @@ int daemon_stop(struct daemon_proc *d)
             fputs(line, stderr);
         if (f != NULL)
             fclose(f);
+    }
+    /* Again at the end, where the tail of the output shows it. */
+    if (print_report(d->log)) {
+        reported = true;
+        if (rc == 0)
+            rc = -1;
     }
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->dir);

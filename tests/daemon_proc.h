@@ -16,8 +16,11 @@ struct daemon_proc {
  * waits until it listens. Returns 0, or -1 with a message on stderr. */
 int daemon_start(struct daemon_proc *d, const char *ttl, ...);
 
-/* SIGTERM; waits up to 20 s. Returns the exit status (0 = clean), or -1.
- * Removes the temporary directory. */
+/* SIGTERM; waits up to 20 s. Returns the exit status (0 = clean), or -1
+ * (killed, did not stop, or a sanitizer report in its log). Removes the
+ * temporary directory. A sanitizer report in the log (printed to stderr
+ * here) also makes the test process exit 1 at its end, even if the test
+ * ignores this result: call it after a kill -9 too. */
 int daemon_stop(struct daemon_proc *d);
 
 #endif

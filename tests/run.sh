@@ -2,10 +2,13 @@
 # The test command: installs what is missing, builds leased three times
 # and tests each build: plain (every suite, and the daemon under
 # valgrind), with the address and undefined-behaviour sanitizers (every
-# suite), and with the thread sanitizer (unit, conformance and fuzz
-# suites). Then it builds the fuzz targets with clang's libFuzzer and
-# fuzzes each for a bounded time. It ends with one line "N passed, N
-# failed" and exits non-zero when anything failed.
+# suite), and with the thread sanitizer (the unit, conformance,
+# integration, interop and fuzz suites, less the few timing-bound cases
+# tests/integration/meson.build lists in tsan_excluded). A sanitizer
+# report from a leased that a test started fails that test. Then it builds
+# the fuzz targets with clang's libFuzzer and fuzzes each for a bounded
+# time. It ends with one line "N passed, N failed" and exits non-zero
+# when anything failed.
 set -u
 cd "$(dirname "$0")/.."
 tools/deps.sh || { echo "0 passed, 1 failed"; exit 1; }
@@ -75,7 +78,8 @@ PY
 run_suite build
 run_suite build-sanitize -Db_sanitize=address,undefined -Db_lundef=false
 run_suite build-tsan -Db_sanitize=thread -Db_lundef=false \
-  -- --suite unit --suite conformance --suite fuzz
+  -- --suite unit --suite conformance --suite integration \
+  --suite interop --suite interop-tls --suite fuzz
 # The fuzz targets alone (alias `fuzz`), with clang and libFuzzer: each
 # fuzzed for a bounded time from a copy of its corpus (tests/fuzz).
 CC=clang targets=fuzz run_suite build-fuzz -Dtests=false -Dfuzzer=true \

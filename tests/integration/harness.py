@@ -8,9 +8,14 @@ A test file defines functions named `test_*` and ends with
 `harness.main(globals())`: `python3 FILE` runs every case, `python3 FILE
 CASE` runs one, `python3 FILE --list` lists them (meson registers one test
 per case from that list). A case passes when it
-returns; any exception fails it.
+returns; any exception fails it. So does a sanitizer report (or a
+sanitizer's exit status) from any leased the case started, whether the
+case stopped it, killed it or expected it to fail; leased processes a case
+leaves running are stopped after it.
 """
 import atexit
+import ctypes
+import errno
 import importlib.util
 import os
 import re
@@ -28,6 +33,8 @@ import grpc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))
+import cases  # noqa: E402  (tests/cases.py)
 PROTO = os.path.join(ROOT, "proto")
 SERVICE = "/mecatl.driver.v1.SessionLeaseService/"
 HEALTH = "/grpc.health.v1.Health/"
@@ -54,6 +61,32 @@ def _generate():
 
 
 pb, health_pb, admin_pb = _generate()
+
+
+# What the sanitizers print when they find a bug (tests/run.sh builds
+# leased with ASan+UBSan and with TSan), and their exit statuses there:
+# TSan's default 66 and the 23 run.sh gives ASan (leased itself exits 0, 1,
+# 2 or EX_IOERR 74).
+SANITIZER_REPORT = re.compile(
+    r"WARNING: ThreadSanitizer|ThreadSanitizer: CHECK failed|"
+    r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|: runtime error: ")
+SANITIZER_EXIT = {66: "ThreadSanitizer", 23: "AddressSanitizer"}
+
+# Every Leased started during the current case, for main() to check after
+# it (the references also keep their logs).
+_started = []
+
+
+def sanitizer_excerpt(text, max_lines=80):
+    """The first sanitizer report in text, from its first line to its
+    SUMMARY line (at most max_lines), or None."""
+    m = SANITIZER_REPORT.search(text)
+    if m is None:
+        return None
+    lines = text[text.rfind("\n", 0, m.start()) + 1:].splitlines()
+    end = next((i for i, l in enumerate(lines) if l.startswith("SUMMARY:")),
+               len(lines) - 1)
+    return "\n".join(lines[:min(end + 1, max_lines)])
 
 
 def leased_bin():
@@ -98,6 +131,7 @@ class Leased:
         self._logs = tempfile.TemporaryDirectory(prefix="leased-log-")
         self._starts = 0
         self._channels = []
+        self._procs = []  # (process, log path) of every start
 
     @property
     def db_path(self):
@@ -123,6 +157,9 @@ class Leased:
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log,
                                      env=env)
+        self._procs.append((self.proc, self.log_path))
+        if self not in _started:
+            _started.append(self)
         if wait:
             self.addr = self.wait_log(r"msg=listening addr=(\S+)").group(1)
         return self
@@ -159,6 +196,25 @@ class Leased:
         with open(self.log_path) as f:
             return f.read()
 
+    def sanitizer_report(self):
+        """What went wrong under a sanitizer in any start of this leased
+        so far (a report in its log, or a sanitizer's exit status), as
+        text to show; None if nothing. Meaningful once it has exited."""
+        for n, (proc, path) in enumerate(self._procs, 1):
+            with open(path, errors="replace") as f:
+                text = f.read()
+            excerpt = sanitizer_excerpt(text)
+            if excerpt is not None:
+                return ("a sanitizer report from leased (start %d, pid %d):"
+                        "\n%s" % (n, proc.pid, excerpt))
+            if proc.returncode in SANITIZER_EXIT:
+                return ("leased (start %d, pid %d) exited %d, as %s does "
+                        "after a report; the end of its log:\n%s"
+                        % (n, proc.pid, proc.returncode,
+                           SANITIZER_EXIT[proc.returncode],
+                           "\n".join(text.splitlines()[-40:])))
+        return None
+
     def wait_log(self, pattern, timeout=10.0):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -182,12 +238,12 @@ class Leased:
             time.sleep(0.02)
 
     def stop(self, timeout=15.0):
-        """Closes the channels made by channel(), then SIGTERM; returns the
-        exit code."""
+        """Closes the channels made by channel(), then SIGTERM (to leased's
+        main thread, see signal_main_thread); returns the exit code."""
         self.close_channels()
         if self.proc is None or self.proc.poll() is not None:
             return self.proc.returncode if self.proc else None
-        self.proc.send_signal(signal.SIGTERM)
+        signal_main_thread(self.proc, signal.SIGTERM)
         return self.proc.wait(timeout=timeout)
 
     def kill9(self):
@@ -224,7 +280,11 @@ class Leased:
     def __exit__(self, *exc):
         try:
             if self.proc is not None and self.proc.poll() is None:
-                rc = self.stop()
+                try:
+                    rc = self.stop()
+                except subprocess.TimeoutExpired:
+                    raise AssertionError("leased did not stop within 15 s of "
+                                         "SIGTERM:\n%s" % self.log_text())
                 if exc[0] is None and rc != 0:
                     raise AssertionError("leased exited %s:\n%s"
                                          % (rc, self.log_text()))
@@ -234,6 +294,24 @@ class Leased:
             if self.log is not None:
                 self.log.close()
             self._tmp.cleanup()
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def signal_main_thread(proc, sig):
+    """Sends sig to the main thread of proc (a subprocess.Popen), with
+    tgkill(2). kill(2) lets the kernel hand a signal to any of leased's
+    threads; under ThreadSanitizer one that lands on a gRPC thread asleep
+    in a futex (its executors) waits there, unhandled, until that thread
+    wakes, which may be never, and leased does not stop. The main thread
+    runs leased's loop and always gets to it."""
+    if proc.poll() is not None:
+        return
+    if _libc.tgkill(proc.pid, proc.pid, sig) != 0:
+        err = ctypes.get_errno()
+        if err != errno.ESRCH:  # it has just exited
+            raise OSError(err, os.strerror(err))
 
 
 def write_private(path, text, mode=0o600):
@@ -363,25 +441,26 @@ def expect_code(code, fn, *args):
         raise AssertionError("want %s, got %s" % (code, got))
 
 
+def _check_started():
+    """Stops the leased processes the case left running (each must stop
+    cleanly), then returns what went wrong with any it started (a list of
+    texts: unclean stops, sanitizer reports), and forgets them."""
+    reports = []
+    for d in _started:
+        if d.proc.poll() is None:
+            try:
+                d.__exit__(None, None, None)
+            except Exception:
+                reports.append("a leased the case left running: "
+                               + traceback.format_exc())
+        report = d.sanitizer_report()
+        if report is not None:
+            reports.append(report)
+    _started.clear()
+    return reports
+
+
 def main(namespace):
-    cases = {k: v for k, v in namespace.items()
-             if k.startswith("test_") and callable(v)}
-    if sys.argv[1:] == ["--list"]:
-        print("\n".join(sorted(cases)))
-        return
-    names = sys.argv[1:] or sorted(cases)
-    failed = 0
-    for name in names:
-        if name not in cases:
-            print("no such case: %s" % name)
-            failed += 1
-            continue
-        start = time.monotonic()
-        try:
-            cases[name]()
-            print("ok   %s (%.2fs)" % (name, time.monotonic() - start))
-        except Exception:
-            failed += 1
-            print("FAIL %s" % name)
-            traceback.print_exc()
-    sys.exit(1 if failed else 0)
+    """Runs the file's cases (tests/cases.py); after each, the leased
+    processes it started are checked (_check_started)."""
+    cases.main(namespace, after=lambda name: _check_started())
