@@ -14,6 +14,7 @@
  */
 #include <grpc/grpc.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,6 +230,18 @@ int main(int argc, char **argv)
                  (unsigned long long)cfg.raise_token_floor, raised);
     }
 
+    /* SIGTERM, SIGINT and SIGHUP stay blocked in every thread started
+     * from here on (gRPC's, the metrics server's), so that the kernel
+     * always hands them to this one, which runs the loop. A thread asleep
+     * in gRPC's own futex waits could hold one unhandled under
+     * ThreadSanitizer. Unblocked here just before the loop runs. */
+    sigset_t loop_signals;
+    sigemptyset(&loop_signals);
+    sigaddset(&loop_signals, SIGTERM);
+    sigaddset(&loop_signals, SIGINT);
+    sigaddset(&loop_signals, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &loop_signals, NULL);
+
     uv_loop_t *loop = uv_default_loop();
     d.server = server_create(loop, store, cfg.ttl_ns, err, sizeof(err));
     if (d.server == NULL) {
@@ -283,6 +296,7 @@ int main(int argc, char **argv)
              LEASED_VERSION, cfg.data_dir, (long long)(cfg.ttl_ns / 1000000),
              (long)getpid());
 
+    pthread_sigmask(SIG_UNBLOCK, &loop_signals, NULL);
     uv_run(loop, UV_RUN_DEFAULT);
 
     uv_loop_close(loop);
