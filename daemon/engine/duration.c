@@ -39,6 +39,9 @@ int duration_parse(const char *text, int64_t *ns)
         }
         if (i == sizeof(units) / sizeof(units[0]))
             return -1;
+        /* Checked before multiplying: 10^8 hours overflow int64_t. */
+        if (n > (unsigned long long)(DURATION_MAX_NS / units[i].ns))
+            return -1;
         total += (int64_t)n * units[i].ns;
         if (total > DURATION_MAX_NS)
             return -1;

@@ -16,7 +16,9 @@ TEST(durations)
     CHECK(duration_parse("1m", &ns) == 0 && ns == 60000 * MS);
     CHECK(duration_parse("1h", &ns) == 0 && ns == 3600000 * MS);
     CHECK(duration_parse("1m30s", &ns) == 0 && ns == 90000 * MS);
-    const char *bad[] = {"", "5", "s", "1x", "-1s", "1.5s", "1s ", "ms"};
+    CHECK(duration_parse("1000h", &ns) == 0 && ns == 3600000000 * MS);
+    const char *bad[] = {"", "5", "s", "1x", "-1s", "1.5s", "1s ", "ms",
+                         "1001h", "22222222h", "100000000h", "999h3601s"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         CHECK(duration_parse(bad[i], &ns) != 0);
 }
