@@ -1,7 +1,7 @@
 /*
  * The conformance suite (see lease.h, lease_conformance_run): the
- * behaviours of Mecatl's own suite (wire-contract.md, 1-12) and the rest
- * of design.md's lease rules, against any struct lease_client.
+ * behaviours of Mecatl's own suite (docs/protocol.md, "Conformance")
+ * and the rest of its lease rules, against any struct lease_client.
  *
  * Each check makes up fresh session ids (prefix, process id, a counter),
  * so the suite can run again and again against a server that keeps state.

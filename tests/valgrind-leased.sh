@@ -6,7 +6,7 @@
 # "Possibly lost" blocks are not errors here: at exit gRPC can still hold
 # a few of its own objects through interior pointers (status objects of a
 # connection being torn down, its threads' thread-local blocks), now and
-# then, whatever the daemon does (grpc-core-notes.md). leased's own
+# then, whatever the daemon does. leased's own
 # allocations are freed outright, so a leak of ours shows as definite.
 exec valgrind -q --error-exitcode=99 --leak-check=full \
   --errors-for-leak-kinds=definite \

@@ -1,7 +1,7 @@
 /*
  * Addresses that may carry plaintext gRPC: a unix socket, or a loopback
  * TCP address. Shared by the daemon (--listen) and liblease's driver, so
- * both sides apply the same rule (wire-contract.md, "Transport").
+ * both sides apply the same rule (docs/security.md, "Threat model").
  */
 #ifndef LEASED_ADDR_H
 #define LEASED_ADDR_H

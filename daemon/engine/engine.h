@@ -8,7 +8,7 @@
  * engine (the daemon's libuv loop, or a liblease in-memory backend under
  * its mutex).
  *
- * Invariants (numbers match design.md, "Promises"):
+ * Invariants (numbers match docs/protocol.md, "Guarantees"):
  *  (1) a live lease has at most one owner: Acquire by another owner fails
  *      while the lease is live or quarantined;
  *  (2) a takeover sets token = previous token + 1 (floor + 1 for a session
@@ -33,7 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ENGINE_SESSION_MAX 512 /* bytes, design.md "Bad input" */
+#define ENGINE_SESSION_MAX 512 /* bytes, docs/protocol.md */
 #define ENGINE_OWNER_MAX 256
 
 /* A lease as stored. Strings are borrowed and not NUL-terminated; an

@@ -1,5 +1,5 @@
 /*
- * The rules for strings on the wire (design.md, "Bad input"): 1..max
+ * The rules for strings on the wire (docs/protocol.md, "Status codes"): 1..max
  * bytes of valid UTF-8 with no NUL. protobuf-c checks none of this.
  */
 #ifndef LEASED_VALIDATE_H

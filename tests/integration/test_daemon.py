@@ -2,7 +2,7 @@
 
 Each case starts its own daemon(s) through harness.Leased (a temporary data
 directory, an ephemeral loopback port or a unix socket) and checks one
-promise of design.md from the outside: shutdown, the data-directory lock,
+promise of docs/protocol.md from the outside: shutdown, the data-directory lock,
 crash safety (kill -9), the restart quarantine, reclaim-on-renew, garbage
 collection and the token floor, bad input, unknown methods, concurrency,
 storage failures, the bounded hand-off queue, and configuration.

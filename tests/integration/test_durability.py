@@ -1,7 +1,7 @@
 """Durability and group commit, seen from outside the daemon.
 
 - Takeovers and releases are fsynced before they are answered; renewals
-  are not (design.md, promise 7 and the restart quarantine). Counted with
+  are not (docs/protocol.md, guarantee 7 and the restart quarantine). Counted with
   strace on the real binary.
 - Calls that arrive while a commit is in flight share the next
   transaction (group commit), seen in the daemon's debug log.

@@ -1,4 +1,4 @@
-// Go interop: the 12 conformance behaviours of wire-contract.md, from a
+// Go interop: the 12 conformance behaviours of docs/protocol.md, from a
 // Go client built offline with Debian's golang-go and
 // golang-google-grpc-dev, against the real leased ($LEASED_BIN) on a
 // 500 ms TTL. The messages come from proto/ at run time: protoc writes a

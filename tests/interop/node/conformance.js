@@ -1,4 +1,4 @@
-// Node interop: the 12 conformance behaviours of wire-contract.md, from a
+// Node interop: the 12 conformance behaviours of docs/protocol.md, from a
 // client generated at run time from proto/ by @grpc/proto-loader and
 // served by @grpc/grpc-js (from the npm registry, locked in
 // package-lock.json), against the real leased (LEASED_BIN) on a 500 ms

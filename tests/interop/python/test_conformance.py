@@ -1,10 +1,10 @@
-"""Python interop: the 12 conformance behaviours of wire-contract.md.
+"""Python interop: the 12 conformance behaviours of docs/protocol.md.
 
 A Python client made only of the messages protoc generates from proto/ and
 Debian's python3-grpcio (as harness.Client does) checks each behaviour
 against the real `leased`, started with a TTL of 500 ms; expiry is waited
 out with real sleeps of 1.2 x TTL. Each behaviour is one `test_*` case,
-asserted as wire-contract.md words it.
+asserted as Mecatl's conformance suite words it.
 
 With LEASED_INTEROP_SECURE=1 the same cases run over TLS with a bearer
 token (the test command runs both ways).
