@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "addr.h"
+#include "grpc/health/v1/health.pb-c.h"
 #include "unary.h"
 
 #define DEFAULT_TIMEOUT_MS 5000
@@ -298,6 +299,76 @@ grpc_status_code conn_call(struct conn *c, const char *path,
     }
     snprintf(details, details_len, "%s", why);
     return GRPC_STATUS_UNAVAILABLE;
+}
+
+const char *conn_status_name(grpc_status_code code)
+{
+    static const char *const names[] = {
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    };
+    size_t i = (size_t)code;
+    return i < sizeof(names) / sizeof(names[0]) ? names[i] : "UNKNOWN";
+}
+
+/* The reason in gRPC's text for a failed connection, without what it
+ * says around it: "failed to connect to all addresses; last error:
+ * UNKNOWN: ipv4:127.0.0.1:7443: Failed to connect to remote host:
+ * Connection refused" is "Connection refused" (gRPC 1.51; any other
+ * text is kept whole). */
+static const char *connect_reason(const char *details)
+{
+    static const char *const skip[] = {"last error: ", ": ", ": ",
+                                       "Failed to connect to remote host: "};
+    const char *p = details;
+    for (size_t i = 0; i < sizeof(skip) / sizeof(skip[0]); i++) {
+        const char *at = strstr(p, skip[i]);
+        if (at == NULL)
+            return i < 3 ? details : p;
+        p = at + strlen(skip[i]);
+    }
+    return p;
+}
+
+bool conn_reachable(struct conn *c, int64_t timeout_ms, char *why,
+                    size_t len)
+{
+    int64_t end = mono_ms() + timeout_ms;
+    Grpc__Health__V1__HealthCheckRequest req =
+        GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+    for (size_t t = 0; t < c->ntargets; t++) {
+        char details[256];
+        ProtobufCMessage *resp;
+        grpc_status_code status = unary_call(
+            c->channels[t], "/grpc.health.v1.Health/Check", NULL, 0, false,
+            &req.base, &grpc__health__v1__health_check_response__descriptor,
+            deadline_in(end, timeout_ms), &resp, details, sizeof(details));
+        if (resp != NULL)
+            protobuf_c_message_free_unpacked(resp, NULL);
+        /* A server's own UNAVAILABLE (draining) came over a connection. */
+        if (status != GRPC_STATUS_UNAVAILABLE ||
+            grpc_channel_check_connectivity_state(c->channels[t], 0) ==
+                GRPC_CHANNEL_READY)
+            return true;
+        if (t == 0)
+            snprintf(why, len, "%s", connect_reason(details));
+    }
+    return false;
 }
 
 bool conn_wait_shutdown(int timeout_ms)

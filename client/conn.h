@@ -50,6 +50,21 @@ void conn_close(struct conn *c);
  * process uses it any more, and its own threads are done). */
 bool conn_wait_shutdown(int timeout_ms);
 
+/* The name of a gRPC status as gRPC spells it ("NOT_FOUND",
+ * "UNAVAILABLE", …); "UNKNOWN" for a code it does not define. Static. */
+const char *conn_status_name(grpc_status_code code);
+
+/* Whether a server listens: a fail-fast (not wait-for-ready)
+ * grpc.health.v1 Check of each target in turn, all within timeout_ms,
+ * until one gets through to a server. False when none did (each
+ * answered UNAVAILABLE without a connection: refused, no such socket, a
+ * failed TLS handshake), with the first target's reason in why (len
+ * bytes); true on any other outcome, whatever the server answered, and
+ * when none answered in time (a host that drops packets may yet answer
+ * a call with a longer deadline). */
+bool conn_reachable(struct conn *c, int64_t timeout_ms, char *why,
+                    size_t len);
+
 /* One unary call within the timeout: while targets answer UNAVAILABLE
  * (or, not connected yet, nothing within their share of the timeout),
  * the next one; when all did, rounds of waiting a little for each to

@@ -51,9 +51,9 @@ static int call(struct driver *d, enum method m, const ProtobufCMessage *req,
                                         resp, details, sizeof(details));
     int err = status_error(status);
     if (err != LEASE_OK)
-        snprintf(errmsg, len, "%s (gRPC status %d)",
+        snprintf(errmsg, len, "%s (%s)",
                  details[0] != '\0' ? details : lease_strerror(err),
-                 (int)status);
+                 conn_status_name(status));
     return err;
 }
 

@@ -16,6 +16,11 @@
  * The TTL is what the first grant left of the lease when it came back
  * (expiry minus the local clock), or --ttl when the clocks of this host
  * and the daemon's may differ.
+ *
+ * The owner is --owner, else $LEASE_OWNER, else USER@HOST/PID-NONCE:
+ * unlike acquire's USER@HOST, unique to the run, so that two holds of one
+ * user exclude each other as two flock(1)s do. CMD's LEASE_OWNER makes a
+ * `leasectl renew SESSION` within it act as the holder.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -39,8 +44,9 @@ static const char help[] =
     "Runs CMD while holding the lease of SESSION: renews it, stops CMD\n"
     "(SIGTERM, SIGKILL after --grace, 5s) if the lease is lost, releases it\n"
     "when CMD exits, and exits with CMD's status. CMD sees LEASE_SESSION,\n"
-    "LEASE_OWNER and LEASE_TOKEN. Exit 3 when the lease is held by another\n"
-    "owner (after --wait, if given).\n";
+    "LEASE_OWNER and LEASE_TOKEN. The owner is O, else $LEASE_OWNER, else\n"
+    "USER@HOST/PID-NONCE (unique to the run). Exit 3 when the lease is held\n"
+    "by another owner (after --wait, if given).\n";
 
 static volatile sig_atomic_t pending_signal;
 
@@ -99,14 +105,12 @@ int ctl_hold(struct ctl *c, int argc, char **argv)
         fputs(help, stdout);
         return EXIT_OK;
     }
-    if (dd >= argc - 1) { /* no "--", or no CMD after it */
-        fputs(help, stderr);
-        return EXIT_USAGE;
-    }
+    if (dd >= argc - 1) /* no "--", or no CMD after it */
+        return ctl_usage("hold", help, "missing -- CMD");
     char **cmd = argv + dd + 1;
     optind = 0; /* 0: getopt starts afresh (and drops main's "+") */
-    int opt;
-    while ((opt = getopt_long(dd, argv, "", options, NULL)) != -1) {
+    int opt, which = 0;
+    while ((opt = getopt_long(dd, argv, ":", options, &which)) != -1) {
         int bad = 0;
         switch (opt) {
         case 'o':
@@ -125,27 +129,27 @@ int ctl_hold(struct ctl *c, int argc, char **argv)
             fputs(help, stdout);
             return EXIT_OK;
         default:
-            bad = 1;
+            return ctl_bad_option("hold", help, opt, argv);
         }
-        if (bad) {
-            fputs(help, stderr);
-            return EXIT_USAGE;
-        }
+        if (bad)
+            return ctl_usage("hold", help, "--%s: not a duration: %s",
+                             options[which].name, optarg);
     }
-    if (dd - optind != 1) { /* exactly SESSION */
-        fputs(help, stderr);
-        return EXIT_USAGE;
-    }
+    if (dd == optind)
+        return ctl_usage("hold", help, "missing SESSION");
+    if (dd - optind > 1)
+        return ctl_usage("hold", help, "unexpected argument %s",
+                         argv[optind + 1]);
     const char *session = argv[optind];
-    char owner[LEASE_OWNER_MAX + 1];
-    if (owner_flag == NULL)
-        ctl_default_owner(owner, sizeof(owner));
-    else
-        snprintf(owner, sizeof(owner), "%s", owner_flag);
+    char buf[LEASE_OWNER_MAX + 1];
+    const char *owner = ctl_owner(owner_flag, true, buf, sizeof(buf));
+    int rc = ctl_reach(c);
+    if (rc != EXIT_OK)
+        return rc;
 
     struct lease l;
     int64_t sent;
-    int rc = ctl_acquire(c, session, owner, wait_ns, &l, &sent);
+    rc = ctl_acquire(c, session, owner, wait_ns, &l, &sent);
     if (rc != LEASE_OK)
         return ctl_fail(rc, "hold: acquire");
     if (ttl_ns == 0)
@@ -179,8 +183,9 @@ int ctl_hold(struct ctl *c, int argc, char **argv)
     sigaction(SIGHUP, &sa, NULL);
     pid_t child = start(&l, cmd);
     if (child < 0) {
+        fprintf(stderr, "leasectl: hold: fork: %s\n", strerror(errno));
         lease_release(c->client, &l);
-        return ctl_fail(LEASE_ENOMEM, "hold: fork");
+        return EXIT_FAILED;
     }
 
     bool lost = false;
@@ -208,7 +213,8 @@ int ctl_hold(struct ctl *c, int argc, char **argv)
                              (int64_t)((double)rand() / RAND_MAX *
                                        (double)(ttl_ns / 10));
             } else if (r == LEASE_EHELD) {
-                fprintf(stderr, "leasectl: hold: the lease of %s was lost\n",
+                fprintf(stderr, "leasectl: hold: the lease of %s was lost "
+                                "(FAILED_PRECONDITION)\n",
                         session);
                 lost = true;
             } else {
@@ -218,7 +224,8 @@ int ctl_hold(struct ctl *c, int argc, char **argv)
             }
             if (!lost && ctl_mono_ns() >= deadline) {
                 fprintf(stderr, "leasectl: hold: no renewal of %s before its "
-                                "deadline: treating it as lost\n",
+                                "deadline: treating it as lost "
+                                "(DEADLINE_EXCEEDED)\n",
                         session);
                 lost = true;
             }

@@ -29,21 +29,40 @@ struct ctl {
     struct conn conn;            /* admin and health calls */
     bool json;
     const char *url;
+    const char *cmd;                /* the command, for messages */
     struct lease_grpc_options opts; /* what client was opened with */
 };
 
 /* The exit code of a liblease error. */
 int ctl_exit_of(int lease_err);
 
-/* Reports a failed call on stderr ("leasectl: WHAT: reason"); returns its
- * exit code. */
+/* Reports a failed lease call on stderr, "leasectl: WHAT: reason
+ * (STATUS_NAME)"; returns its exit code. */
 int ctl_fail(int lease_err, const char *what);
+
+/* Reports bad usage of command cmd (NULL: of leasectl itself) on stderr,
+ * "leasectl: CMD: why", then help; returns EXIT_USAGE. */
+int ctl_usage(const char *cmd, const char *help, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The same for what getopt_long (opterr 0, optstring starting with ":")
+ * returned instead of an option of ours: '?' or ':'. */
+int ctl_bad_option(const char *cmd, const char *help, int opt, char **argv);
+
+/* Before a command's first call: when nothing listens at the URL (every
+ * target refuses, within a second), says so on stderr and returns
+ * EXIT_UNAVAILABLE, rather than have liblease wait out its timeout for a
+ * daemon to come back; EXIT_OK otherwise. */
+int ctl_reach(struct ctl *c);
+
+/* The owner to act as (docs/leasectl.1): flag (--owner) if not NULL,
+ * else $LEASE_OWNER if set and not empty, else USER@HOST, made unique to
+ * this run with unique (hold's): USER@HOST/PID-NONCE. Returns flag, the
+ * environment's string, or buf (len bytes) filled. */
+const char *ctl_owner(const char *flag, bool unique, char *buf, size_t len);
 
 /* Prints a lease, as text or JSON. */
 void ctl_print_lease(const struct ctl *c, const struct lease *l);
-
-/* An owner id as Mecatl makes them: <hostname>-<pid>-<nonce>. */
-void ctl_default_owner(char *out, size_t len);
 
 /* Acquire, and with wait_ns > 0 keep trying while the lease is held,
  * until it is free or wait_ns has passed. *sent_ns (may be NULL) gets the

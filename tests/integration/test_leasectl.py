@@ -2,9 +2,15 @@
 in and out, --wait, TLS with a token file, and `hold` the way flock(1) is
 used: the command runs with the lease in its environment, a second holder
 waits or fails, a lost lease stops the command, a daemon restart does not.
+And what a newcomer meets: one owner per user and host by default (so
+acquire, renew SESSION and release SESSION work from one shell), one
+message style with gRPC status names, and a quick answer when no daemon
+listens.
 """
 import json
 import os
+import pwd
+import re
 import signal
 import socket
 import subprocess
@@ -18,12 +24,20 @@ from harness import Leased
 HELD, UNAVAILABLE, INVALID, NOT_FOUND, USAGE = 3, 4, 5, 6, 2
 
 
-def ctl(d, *args, stdin=None, url=None, timeout=30, extra=()):
+def environ(env=None):
+    """The environment of a leasectl run: ours without LEASE_OWNER (the
+    default owner is then USER@HOST), plus env."""
+    full = {k: v for k, v in os.environ.items() if k != "LEASE_OWNER"}
+    full.update(env or {})
+    return full
+
+
+def ctl(d, *args, stdin=None, url=None, timeout=30, extra=(), env=None):
     """Runs leasectl against d; returns (exit code, stdout, stderr)."""
     cmd = [os.environ["LEASECTL_BIN"], "--url", url or d.addr] + \
         list(extra) + list(args)
     p = subprocess.run(cmd, input=stdin, capture_output=True, text=True,
-                       timeout=timeout)
+                       timeout=timeout, env=environ(env))
     return p.returncode, p.stdout, p.stderr
 
 
@@ -38,7 +52,8 @@ def test_acquire_renew_release_get():
         a = ctl_json(d, "acquire", "s1", "--owner", "alice")
         assert (a["session_id"], a["owner"], a["token"]) == ("s1", "alice", 1)
         rc, _, err = ctl(d, "acquire", "s1", "--owner", "bob")
-        assert rc == HELD and "held" in err
+        assert rc == HELD and re.fullmatch(
+            r"leasectl: acquire: .*held.* \(FAILED_PRECONDITION\)\n", err), err
         # renew and release take the JSON lease on stdin, or flags.
         r = ctl_json(d, "renew", stdin=json.dumps(a))
         assert r["token"] == 1 and r["expiry_ns"] > a["expiry_ns"]
@@ -56,12 +71,135 @@ def test_acquire_renew_release_get():
         assert ctl_json(d, "acquire", "s1", "--owner", "bob")["token"] == 2
 
 
-def test_default_owner_looks_like_mecatls():
+def user_at_host():
+    return "%s@%s" % (pwd.getpwuid(os.geteuid()).pw_name,
+                      socket.gethostname())
+
+
+def test_default_owner_is_user_at_host():
     with Leased() as d:
-        owner = ctl_json(d, "acquire", "s")["owner"]
-        host, pid, nonce = owner.rsplit("-", 2)
-        assert host == socket.gethostname() and pid.isdigit() and \
-            len(nonce) == 8, owner
+        assert ctl_json(d, "acquire", "s")["owner"] == user_at_host()
+        # An empty $LEASE_OWNER counts as unset.
+        a = ctl_json(d, "acquire", "t", env={"LEASE_OWNER": ""})
+        assert a["owner"] == user_at_host()
+
+
+def test_acquire_twice_from_one_shell_keeps_the_token():
+    with Leased(ttl="30s") as d:
+        first = ctl_json(d, "acquire", "job-1")
+        second = ctl_json(d, "acquire", "job-1")
+        assert first["token"] == second["token"] == 1, (first, second)
+        assert second["expiry_ns"] >= first["expiry_ns"]
+
+
+def test_renew_and_release_by_session_alone():
+    with Leased(ttl="30s") as d:
+        a = ctl_json(d, "acquire", "job-1")
+        r = ctl_json(d, "renew", "job-1")
+        assert (r["owner"], r["token"]) == (user_at_host(), a["token"])
+        assert r["expiry_ns"] > a["expiry_ns"]
+        assert ctl_json(d, "release", "job-1") == {"released": True}
+        assert ctl(d, "get", "job-1")[0] == NOT_FOUND
+        # Freed: another owner takes it over, with a higher token.
+        b = ctl_json(d, "acquire", "job-1", "--owner", "bob")
+        assert b["token"] > a["token"], (a, b)
+        # No lease at all: renew fails as if lost; release does nothing.
+        rc, _, err = ctl(d, "renew", "job-2")
+        assert rc == HELD and re.fullmatch(
+            r"leasectl: renew: job-2 has no lease \(FAILED_PRECONDITION\)\n",
+            err), err
+        rc, out, err = ctl(d, "--json", "release", "job-2")
+        assert rc == 0 and json.loads(out) == {"released": False}, (out, err)
+        assert "nothing to release" in err, err
+
+
+def test_lease_owner_and_owner_flag_override_the_default():
+    with Leased(ttl="30s") as d:
+        carol = {"LEASE_OWNER": "carol"}
+        a = ctl_json(d, "acquire", "o1", env=carol)
+        assert a["owner"] == "carol"
+        assert ctl_json(d, "renew", "o1", env=carol)["token"] == a["token"]
+        # Not USER@HOST's lease: renewing it without $LEASE_OWNER fails.
+        assert ctl(d, "renew", "o1")[0] == HELD
+        # --owner wins over $LEASE_OWNER.
+        b = ctl_json(d, "acquire", "o2", "--owner", "dave", env=carol)
+        assert b["owner"] == "dave"
+        assert ctl_json(d, "renew", "o2", "--owner", "dave")["owner"] == \
+            "dave"
+        assert ctl(d, "release", "o1", env=carol)[0] == 0
+        assert ctl(d, "get", "o1")[0] == NOT_FOUND
+        # --token still names the lease itself (no lookup), as before.
+        assert ctl(d, "renew", "o2", "--owner", "dave", "--token",
+                   str(b["token"] + 1))[0] == HELD
+        assert ctl_json(d, "renew", "o2", "--token", str(b["token"]),
+                        env={"LEASE_OWNER": "dave"})["token"] == b["token"]
+
+
+def test_renew_and_release_of_a_session_someone_else_holds():
+    with Leased(ttl="30s") as d:
+        ctl_json(d, "acquire", "s", "--owner", "bob")
+        rc, _, err = ctl(d, "renew", "s")
+        assert rc == HELD and re.fullmatch(
+            r"leasectl: renew: s is held by bob, not .*"
+            r" \(FAILED_PRECONDITION\)\n", err), err
+        rc, _, err = ctl(d, "release", "s")
+        assert rc == 0 and re.fullmatch(
+            r"leasectl: release: s is held by bob, .*: nothing to release\n",
+            err), err
+        assert ctl_json(d, "get", "s")["owner"] == "bob"  # still bob's
+
+
+def test_messages_name_the_command_and_the_status():
+    with Leased(ttl="30s") as d:
+        rc, _, err = ctl(d, "get", "missing")
+        assert rc == NOT_FOUND and re.fullmatch(
+            r"leasectl: get: .* \(NOT_FOUND\)\n", err), err
+        ctl_json(d, "acquire", "busy", "--owner", "bob")
+        rc, _, err = ctl(d, "acquire", "busy", "--owner", "alice")
+        assert rc == HELD and re.fullmatch(
+            r"leasectl: acquire: .* \(FAILED_PRECONDITION\)\n", err), err
+        rc, _, err = ctl(d, "acquire", "s", "--owner", "")
+        assert rc == INVALID and re.fullmatch(
+            r"leasectl: acquire: .* \(INVALID_ARGUMENT\)\n", err), err
+        rc, _, err = ctl(d, "acquire", "s", "--bogus")
+        assert rc == USAGE and err.startswith(
+            "leasectl: acquire: unknown option --bogus\n\nUsage: leasectl "
+            "acquire"), err
+        rc, _, err = ctl(d, "acquire", "s", "--owner")
+        assert rc == USAGE and err.startswith(
+            "leasectl: acquire: option --owner needs a value\n"), err
+        rc, _, err = ctl(d, "frob")
+        assert rc == USAGE and err.startswith(
+            "leasectl: unknown command frob\n\nUsage: leasectl"), err
+        rc, _, err = ctl(d, "--bogus", "get", "s")
+        assert rc == USAGE and err.startswith(
+            "leasectl: unknown option --bogus\n"), err
+        rc, _, err = ctl(d, "renew", stdin="not json")
+        assert rc == USAGE and err.startswith(
+            "leasectl: renew: want a lease as JSON on stdin"), err
+        rc, _, err = ctl(d, "hold", "h", "--wait", "soon", "--", "true")
+        assert rc == USAGE and err.startswith(
+            "leasectl: hold: --wait: not a duration: soon\n"), err
+        rc, _, err = ctl(d, "--token-file", "/nonexistent", "stats")
+        assert rc == INVALID and err.startswith(
+            "leasectl: stats: /nonexistent: "), err
+
+
+def test_no_daemon_fails_fast():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    url = "127.0.0.1:%d" % s.getsockname()[1]
+    s.close()  # nothing listens there now
+    for args in [("acquire", "job-1"), ("renew", "job-1"), ("get", "job-1"),
+                 ("hold", "job-1", "--", "true")]:
+        start = time.monotonic()
+        rc, _, err = ctl(None, *args, url=url)
+        took = time.monotonic() - start
+        assert rc == UNAVAILABLE and took < 1.5, (args, rc, took, err)
+        assert re.fullmatch(r"leasectl: %s: cannot connect to %s: .*"
+                            r"connection refused.*\(UNAVAILABLE\)\n"
+                            % (args[0], re.escape(url)),
+                            err, re.IGNORECASE), err
 
 
 def test_list_stats_health():
@@ -85,7 +223,8 @@ def test_exit_codes_for_usage_invalid_unavailable():
     with Leased() as d:
         assert ctl(d, "bogus")[0] == USAGE
         assert ctl(d, "acquire")[0] == USAGE
-        assert ctl(d, "renew", "s")[0] == USAGE  # flags incomplete
+        assert ctl(d, "renew", "s")[0] == HELD  # no lease of ours
+        assert ctl(d, "renew", "s", "--token", "x")[0] == USAGE
         assert ctl(d, "renew", stdin="not json")[0] == USAGE
         assert ctl(d, "acquire", "s", "--owner", "")[0] == INVALID
         rc, out, _ = ctl(d, "acquire", "--help")
@@ -108,7 +247,7 @@ def test_man_page_covers_every_command_and_option():
                  "health", "hold", "--url", "--tls-ca", "--tls-cert",
                  "--tls-key", "--tls-server-name", "--token-file",
                  "--timeout", "--json", "--wait", "--grace", "--ttl",
-                 "--limit", "--owner", "--token"]:
+                 "--limit", "--owner", "--token", "LEASE_OWNER"]:
         assert word in usage, word
         assert word in man, word
     if os.path.exists("/usr/bin/groff"):
@@ -143,10 +282,11 @@ def test_tls_and_token_file():
             assert ctl(d, "health", extra=tls)[0] == 0  # needs no token
 
 
-def hold(d, *args, **kw):
+def hold(d, *args, env=None, **kw):
     return subprocess.Popen(
         [os.environ["LEASECTL_BIN"], "--url", d.addr, "hold"] + list(args),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=environ(env), **kw)
 
 
 def test_hold_runs_the_command_with_the_lease_and_releases():
@@ -163,6 +303,30 @@ def test_hold_runs_the_command_with_the_lease_and_releases():
             assert f.read().split() == ["h1", "holder", "1"]
         # Released at the end: the next owner gets it at once.
         assert ctl_json(d, "acquire", "h1", "--owner", "other")["token"] == 2
+
+
+def test_hold_default_owner_is_unique_and_renew_inside_acts_as_holder():
+    with Leased(ttl="30s") as d, tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "env")
+        ctl_bin = os.environ["LEASECTL_BIN"]
+        # Inside, a plain `leasectl renew SESSION` renews the held lease.
+        p = hold(d, "h6", "--", "sh", "-c",
+                 'echo "$LEASE_OWNER" > %s.new; mv %s.new %s; sleep 2; '
+                 '"%s" --url %s renew h6' % (out, out, out, ctl_bin, d.addr))
+        d.wait_file(out)  # it holds the lease now
+        # The same user, from the same shell: excluded, as with flock(1).
+        rc, _, err = ctl(d, "hold", "h6", "--", "true")
+        assert rc == HELD, (rc, err)
+        assert p.wait(timeout=20) == 0, p.stderr.read()
+        with open(out) as f:
+            owner = f.read().strip()
+        assert re.fullmatch(re.escape(user_at_host()) + r"/\d+-[0-9a-f]{8}",
+                            owner), owner
+        # $LEASE_OWNER names hold's owner too.
+        rc, _, err = ctl(d, "hold", "h7", "--", "sh", "-c",
+                         'test "$LEASE_OWNER" = erin',
+                         env={"LEASE_OWNER": "erin"})
+        assert rc == 0, (rc, err)
 
 
 def test_hold_keeps_renewing_and_a_second_holder_waits():
