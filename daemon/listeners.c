@@ -1,6 +1,7 @@
 /* Listeners and connection limits of the gRPC server (see listeners.h). */
 #include "listeners.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
@@ -26,6 +27,16 @@ static void log_listening(const char *addr, int port, bool tls)
                  addr, port, (int)tls);
 }
 
+/* strerror(err) as a reason inside a sentence: "address already in use". */
+static void errno_reason(int err, char *out, size_t len)
+{
+    snprintf(out, len, "%s", strerror(err));
+    /* Not an acronym's first letter ("RPC struct is bad"). */
+    if (len > 1 && isupper((unsigned char)out[0]) &&
+        !isupper((unsigned char)out[1]))
+        out[0] = (char)tolower((unsigned char)out[0]);
+}
+
 /* A unix socket's directory must exist and must not let others replace
  * the socket: no group or other write unless sticky (like /tmp). */
 static int check_socket_dir(const char *addr, char *errmsg, size_t len)
@@ -35,16 +46,18 @@ static int check_socket_dir(const char *addr, char *errmsg, size_t len)
     struct stat st;
     const char *d = dirname(dir);
     if (stat(d, &st) != 0) {
-        snprintf(errmsg, len, "%s: socket directory %s: %s", addr, d,
-                 strerror(errno));
+        char why[128];
+        errno_reason(errno, why, sizeof(why));
+        snprintf(errmsg, len, "cannot listen on %s: socket directory %s: %s",
+                 addr, d, why);
         return -1;
     }
     if (!S_ISDIR(st.st_mode) ||
         ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 &&
          (st.st_mode & S_ISVTX) == 0)) {
         snprintf(errmsg, len,
-                 "%s: socket directory %s is %s; want one only its owner "
-                 "can write (or sticky, like /tmp)",
+                 "cannot listen on %s: socket directory %s is %s; want one "
+                 "only its owner can write (or sticky, like /tmp)",
                  addr, d,
                  S_ISDIR(st.st_mode) ? "writable by group or others"
                                      : "not a directory");
@@ -53,9 +66,34 @@ static int check_socket_dir(const char *addr, char *errmsg, size_t len)
     return 0;
 }
 
+/* The errno of the system call that failed, from the error gRPC 1.51
+ * logs when it cannot add a port: a tree of statuses whose leaves say
+ * `…{syscall:'bind', os_error:'Address already in use', errno:98, …}`.
+ * The first one is that of the first address the name resolved to.
+ * Returns 0 when there is none (not a system call's failure, or another
+ * format). */
+static int failed_errno(const char *message)
+{
+    static const char key[] = "errno:";
+    for (const char *p = strstr(message, key); p != NULL;
+         p = strstr(p + 1, key)) {
+        bool word_start = p == message ||
+                          !(isalnum((unsigned char)p[-1]) || p[-1] == '_');
+        char *end;
+        long err = strtol(p + sizeof(key) - 1, &end, 10);
+        if (word_start && end != p + sizeof(key) - 1 && err > 0 &&
+            err < 4096)
+            return (int)err;
+    }
+    return 0;
+}
+
 /* Binds one address: a unix socket plaintext, created with the socket
  * mode from the first moment (umask); TCP with TLS when configured.
- * Returns the port (> 0), or 0 with errmsg set. */
+ * Returns the port (> 0), or 0 with errmsg set: "cannot listen on ADDR:
+ * REASON". gRPC's own error for a failed bind (one long line) is held
+ * back while it runs and replaced by the reason it gives; an error that
+ * gives none is logged as gRPC wrote it. */
 static int bind_one(grpc_server *server, const struct frontend_options *o,
                     const char *addr, char *errmsg, size_t len)
 {
@@ -73,13 +111,51 @@ static int bind_one(grpc_server *server, const struct frontend_options *o,
     mode_t old_umask = 0;
     if (unix_socket)
         old_umask = umask(0777 & ~o->socket_mode);
+    struct log_hold held;
+    log_hold_begin(&held);
     int port = grpc_server_add_http2_port(server, addr, creds);
+    log_hold_end();
     if (unix_socket)
         umask(old_umask);
     grpc_server_credentials_release(creds);
-    if (port <= 0)
-        snprintf(errmsg, len, "cannot listen on %s", addr);
-    return port > 0 ? port : 0;
+    if (port > 0) {
+        log_hold_flush(&held); /* an error that did not stop it */
+        return port;
+    }
+    int err = held.held ? failed_errno(held.message) : 0;
+    if (err != 0) {
+        char why[128];
+        errno_reason(err, why, sizeof(why));
+        snprintf(errmsg, len, "cannot listen on %s: %s", addr, why);
+    } else {
+        snprintf(errmsg, len, "cannot listen on %s%s", addr,
+                 held.held ? " (gRPC's error is logged above)" : "");
+        log_hold_flush(&held);
+    }
+    return 0;
+}
+
+/* gRPC 1.51 aborts when a server that holds listeners is destroyed before
+ * it was shut down ("assertion failed: ShutdownCalled() ||
+ * listeners_.empty()"): when a later address fails, the ones bound before
+ * it are closed here, so that the caller can destroy the server and log
+ * why. Shutting down needs a completion queue; a private one will do. */
+static void shut_down_unstarted(grpc_server *server)
+{
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
+    int tag;
+    grpc_server_shutdown_and_notify(server, cq, &tag);
+    grpc_event ev;
+    do
+        ev = grpc_completion_queue_next(
+            cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    while (ev.type != GRPC_OP_COMPLETE || ev.tag != &tag);
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                      NULL)
+               .type != GRPC_QUEUE_SHUTDOWN)
+        ;
+    grpc_completion_queue_destroy(cq);
 }
 
 int listeners_bind(grpc_server *server, const struct frontend_options *o,
@@ -97,6 +173,8 @@ int listeners_bind(grpc_server *server, const struct frontend_options *o,
     }
     if (rc == 0)
         grpc_server_start(server);
+    else if (ports[0] > 0) /* a later address failed */
+        shut_down_unstarted(server);
     for (size_t i = 0; i < o->nlisten && rc == 0; i++)
         log_listening(o->listen[i], ports[i],
                       o->tls != NULL && strncmp(o->listen[i], "unix:", 5));

@@ -80,20 +80,61 @@ bool log_limit_pass(struct log_limit *l, int64_t now_ns, uint64_t *held)
     return true;
 }
 
+/* One gRPC line in our format; file is gRPC's source path or its base
+ * name. */
+static void write_grpc(enum log_level level, const char *file, int line,
+                       const char *message)
+{
+    const char *base = strrchr(file, '/');
+    char detail[1024];
+    log_quotable(detail, sizeof(detail), message, strlen(message));
+    log_write(level, "grpc", "file=%s:%d detail=\"%s\"",
+              base != NULL ? base + 1 : file, line, detail);
+}
+
+/* The hold of this thread, if any (see log_hold_begin). */
+static _Thread_local struct log_hold *hold;
+
 static void grpc_log(gpr_log_func_args *args)
 {
+    struct log_hold *h = hold;
+    if (h != NULL && !h->held && args->severity == GPR_LOG_SEVERITY_ERROR) {
+        const char *base = strrchr(args->file, '/');
+        snprintf(h->file, sizeof(h->file), "%s",
+                 base != NULL ? base + 1 : args->file);
+        h->line = args->line;
+        snprintf(h->message, sizeof(h->message), "%s", args->message);
+        h->held = true;
+        return;
+    }
     enum log_level level = args->severity == GPR_LOG_SEVERITY_ERROR ? LOG_ERROR
                            : args->severity == GPR_LOG_SEVERITY_INFO
                                ? LOG_INFO
                                : LOG_DEBUG;
-    const char *file = strrchr(args->file, '/');
-    char detail[1024];
-    log_quotable(detail, sizeof(detail), args->message, strlen(args->message));
-    log_write(level, "grpc", "file=%s:%d detail=\"%s\"",
-              file != NULL ? file + 1 : args->file, args->line, detail);
+    write_grpc(level, args->file, args->line, args->message);
 }
 
 void log_route_grpc(void)
 {
     gpr_set_log_function(grpc_log);
+}
+
+void log_hold_begin(struct log_hold *h)
+{
+    h->held = false;
+    h->file[0] = h->message[0] = '\0';
+    h->line = 0;
+    hold = h;
+}
+
+void log_hold_end(void)
+{
+    hold = NULL;
+}
+
+void log_hold_flush(struct log_hold *h)
+{
+    if (h->held)
+        write_grpc(LOG_ERROR, h->file, h->line, h->message);
+    h->held = false;
 }

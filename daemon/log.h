@@ -42,6 +42,29 @@ bool log_limit_pass(struct log_limit *l, int64_t now_ns, uint64_t *held);
 /* Sends gRPC's own log lines through log_write. */
 void log_route_grpc(void);
 
+/* Holds back the first error line gRPC logs on this thread while a hold
+ * is on, for a caller that turns a gRPC failure into a reason of its own
+ * (gRPC's error dumps are long). Only that one line, only on this
+ * thread: later lines and other threads' lines are logged as usual.
+ * Needs log_route_grpc(). */
+struct log_hold {
+    bool held;          /* a line was held back: the fields below are it */
+    char file[64];      /* gRPC's source file, base name */
+    int line;
+    char message[4096]; /* gRPC's message, truncated */
+};
+
+/* Starts holding into h (borrowed until log_hold_end; reset here). At
+ * most one hold per thread at a time. */
+void log_hold_begin(struct log_hold *h);
+
+/* Stops holding on this thread; h keeps what it held. */
+void log_hold_end(void);
+
+/* Logs the held line, if any, as it would have been logged, and clears
+ * it: for a caller that found no reason of its own in it. */
+void log_hold_flush(struct log_hold *h);
+
 #define log_debug(...) log_write(LOG_DEBUG, __VA_ARGS__)
 #define log_info(...) log_write(LOG_INFO, __VA_ARGS__)
 #define log_warn(...) log_write(LOG_WARN, __VA_ARGS__)

@@ -9,6 +9,7 @@ storage failures, the bounded hand-off queue, and configuration.
 
 Run: LEASED_BIN=build/daemon/leased /usr/bin/python3 FILE [CASE...]
 """
+import errno
 import json
 import os
 import random
@@ -1302,6 +1303,97 @@ def test_config_ipv6_loopback():
         l = c.acquire("s", "alice")
         assert l.token == 1
         assert c.renew(l).token == 1
+
+
+def _refused_listen(listen, args=()):
+    """Starts leased on an address it cannot listen on and returns its
+    startup_failed line, having checked that the failure is clean: exit 1
+    (leased's code for a refused start), one error line and nothing but
+    leased's own `ts=… level=…` lines. gRPC's error dump must not be
+    there: it was a `level=error msg=grpc file=chttp2_server.cc:…` line
+    holding gRPC's error tree, `detail="UNKNOWN:No address added out of
+    total 1 resolved for '…' {file:'…', children:[UNKNOWN:Unable to
+    configure socket {…, children:[UNKNOWN:Address already in use
+    {syscall:'bind', os_error:'…', errno:98, …}]}]}"` (and several lines
+    when gRPC logs unrouted)."""
+    rc, log = harness.Leased(listen=listen, args=args).run_to_exit()
+    assert rc == 1, (rc, log)
+    lines = log.splitlines()
+    assert all(re.match(r"ts=\S+ level=(debug|info|warn|error) msg=\w+", l)
+               for l in lines), log
+    errors = [l for l in lines if " level=error " in l]
+    assert len(errors) == 1, log
+    assert " msg=startup_failed reason=" in errors[0], log
+    for dump in ("msg=grpc", "chttp2_server", "children:", "os_error:",
+                 "No address added"):
+        assert dump not in log, (dump, log)
+    return errors[0]
+
+
+def test_config_listen_port_in_use():
+    """A port another process listens on: leased exits 1 saying why in
+    one line, `cannot listen on ADDR: address already in use`."""
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        addr = "127.0.0.1:%d" % holder.getsockname()[1]
+        line = _refused_listen(addr)
+        want = 'reason="cannot listen on %s: address already in use"' % addr
+        assert line.endswith(want), line
+    finally:
+        holder.close()
+
+
+def test_config_listen_second_address_in_use():
+    """The same when an address after the first is taken: the first
+    one, already bound, is let go and leased still says why (gRPC 1.51
+    aborts when a server holding a listener is destroyed unshut)."""
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        addr = "127.0.0.1:%d" % holder.getsockname()[1]
+        with tempfile.TemporaryDirectory(prefix="leased-sock-") as tmp:
+            sock = os.path.join(tmp, "leased.sock")
+            line = _refused_listen(None, ["--listen", "unix:" + sock,
+                                          "--listen", addr])
+            want = ('reason="cannot listen on %s: address already in use"'
+                    % addr)
+            assert line.endswith(want), line
+            assert not os.path.exists(sock), "the first socket stayed"
+    finally:
+        holder.close()
+
+
+def test_config_listen_address_not_on_this_host():
+    """An address no interface of this host has (192.0.2.1, TEST-NET-1,
+    for documentation only): `cannot assign requested address`."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        probe.bind(("192.0.2.1", 0))
+        raise AssertionError("this host has 192.0.2.1: the case needs an "
+                             "address it does not have")
+    except OSError as e:
+        assert e.errno == errno.EADDRNOTAVAIL, e
+    finally:
+        probe.close()
+    line = _refused_listen("192.0.2.1:7443", ["--insecure"])
+    want = ('reason="cannot listen on 192.0.2.1:7443: cannot assign '
+            'requested address"')
+    assert line.endswith(want), line
+
+
+def test_config_listen_unix_socket_missing_dir():
+    """A unix socket whose directory does not exist: the same form of
+    reason, naming the directory."""
+    with tempfile.TemporaryDirectory(prefix="leased-sock-") as tmp:
+        missing = os.path.join(tmp, "missing")
+        addr = "unix:" + os.path.join(missing, "leased.sock")
+        line = _refused_listen(addr)
+        want = ('reason="cannot listen on %s: socket directory %s: no such '
+                'file or directory"' % (addr, missing))
+        assert line.endswith(want), line
 
 
 harness.main(globals())
