@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, builds leased three times
+# The test command: installs what is missing, installs the Node interop
+# client's packages with npm (a failure there fails only the Node cases,
+# and the summary says why), builds leased three times
 # and tests each build: plain (every suite, and the daemon under
 # valgrind), with the address and undefined-behaviour sanitizers (every
 # suite), and with the thread sanitizer (the unit, conformance,
@@ -11,13 +13,15 @@
 # when anything failed.
 set -u
 cd "$(dirname "$0")/.."
-tools/deps.sh || { echo "0 passed, 1 failed"; exit 1; }
+tools/deps.sh test || { echo "0 passed, 1 failed"; exit 1; }
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=23
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp"
 passed=0
 failed=0
+echo "=== the Node interop client's packages: npm ci"
+node_failure=$(tests/interop/node/install.sh) || echo "$node_failure"
 # The end of each failed test's output, shown again just before the
 # summary, where a CI log that keeps only its tail still has it.
 failures=$(mktemp)
@@ -32,11 +36,17 @@ run_suite() {
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do opts+=("$1"); shift; done
   [ $# -gt 0 ] && shift && test_opts=("$@")
   echo "=== $dir: ${opts[*]} ${test_opts[*]}"
+  mkdir -p "$dir"
   if [ -f "$dir/build.ninja" ]; then
-    meson configure "$dir" -Dwerror=true "${opts[@]}" >/dev/null
+    meson configure "$dir" -Dwerror=true "${opts[@]}"
   else
-    meson setup "$dir" -Dwerror=true "${opts[@]}" >/dev/null
-  fi || { echo "setup of $dir failed"; failed=$((failed + 1)); return; }
+    meson setup "$dir" -Dwerror=true "${opts[@]}"
+  fi >"$dir/setup.log" 2>&1 || {
+    cat "$dir/setup.log"
+    echo "setup of $dir failed"
+    failed=$((failed + 1))
+    return
+  }
   # shellcheck disable=SC2086 # $targets: names, split at spaces
   if ! meson compile -C "$dir" ${targets:-} >"$dir/compile.log" 2>&1; then
     cat "$dir/compile.log"
@@ -57,7 +67,11 @@ with open(sys.argv[2], "a") as out:
             t = json.loads(line)
             if t["result"] == "OK":
                 ok += 1
-            elif t["result"] != "SKIP":
+            elif t["result"] == "SKIP":
+                # A skip says why on its last line of output.
+                why = (t.get("stdout") or "").strip().splitlines()[-1:]
+                out.write("--- %s: SKIP: %s\n" % (t["name"], "".join(why)))
+            else:
                 bad += 1
                 text = "\n".join(t.get(k) or "" for k in ("stdout", "stderr"))
                 # gRPC's own log lines crowd out the reason.
@@ -75,7 +89,7 @@ PY
   failed=$((failed + ${counts#* }))
 }
 
-run_suite build
+run_suite build -Dtests=true
 run_suite build-sanitize -Db_sanitize=address,undefined -Db_lundef=false
 run_suite build-tsan -Db_sanitize=thread -Db_lundef=false \
   -- --suite unit --suite conformance --suite integration \
@@ -86,8 +100,10 @@ CC=clang targets=fuzz run_suite build-fuzz -Dtests=false -Dfuzzer=true \
   -Db_sanitize=address,undefined -Db_lundef=false -- --suite fuzz
 
 if [ -s "$failures" ]; then
-  echo "=== failed tests, the end of their output"
+  echo "=== skipped and failed tests, the end of their output"
   cat "$failures"
 fi
+[ -z "$node_failure" ] ||
+  echo "=== the Node interop cases failed because $node_failure"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

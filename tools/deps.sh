@@ -1,18 +1,45 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages leased needs to build, run and test,
-# when they are missing. Run as root. Prints nothing when all are there.
+# Installs the Debian 12 packages a command needs, when they are missing.
+# Run as root. Prints nothing when all are there.
+#
+#   tools/deps.sh run    building and running leased and leasectl
+#                        (tools/run.sh): a compiler, meson, the libraries
+#   tools/deps.sh test   all of that, and what the test command
+#                        (tests/run.sh) uses besides: Python's and Go's
+#                        gRPC, Node.js, valgrind, strace, clang, systemd…
 set -eu
+set -o pipefail
 
+case "${1:-}" in
+run) for_what="building and running leased" ;;
+test) for_what="the tests" ;;
+*)
+  echo "usage: tools/deps.sh run|test" >&2
+  exit 2
+  ;;
+esac
+
+# dpkg-dev: meson asks its dpkg-architecture for Debian's multiarch
+# library directory; without it `meson install` puts liblease in
+# /usr/local/lib64, where neither pkg-config nor the loader look.
 packages=(
-  gcc libc6-dev pkg-config meson ninja-build
-  libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
-  libprotobuf-dev protobuf-compiler
-  libuv1-dev libsqlite3-dev libhiredis-dev libssl-dev openssl
-  libmicrohttpd-dev python3-prometheus-client systemd
-  golang-go golang-google-grpc-dev golang-google-protobuf-dev
-  python3 python3-grpcio python3-protobuf libfaketime valgrind strace
-  clang libclang-rt-14-dev
+  gcc libc6-dev pkg-config meson ninja-build dpkg-dev
+  libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev
+  libuv1-dev libsqlite3-dev libssl-dev libmicrohttpd-dev
 )
+if [ "$1" = test ]; then
+  # procps: kill(1), which systemd-analyze checks the unit's
+  # ExecReload= against. iproute2: `ip`, for the tests that run leased
+  # in a network namespace of their own. podman, runc and debootstrap:
+  # the container suites.
+  packages+=(
+    protobuf-compiler libhiredis-dev openssl
+    python3 python3-grpcio python3-protobuf python3-prometheus-client
+    golang-go golang-google-grpc-dev golang-google-protobuf-dev
+    libfaketime valgrind strace clang libclang-rt-14-dev
+    systemd procps iproute2 git podman runc debootstrap
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -22,7 +49,7 @@ done
 # Node.js and npm for the Node interop client: Debian's, unless a node
 # and an npm are there already (some machines carry NodeSource's, which
 # Debian's npm package would conflict with).
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+if [ "$1" = test ] && { ! command -v node >/dev/null || ! command -v npm >/dev/null; }; then
   missing+=(nodejs npm)
 fi
 [ ${#missing[@]} -eq 0 ] && exit 0
@@ -31,7 +58,16 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "deps: missing packages: ${missing[*]}; run as root to install them" >&2
   exit 1
 fi
-echo "deps: installing ${missing[*]}"
+start=$SECONDS
+echo "deps: installing ${#missing[@]} packages for $for_what: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+echo "deps: apt-get update"
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# apt's own output is long; its errors still reach stderr. A line for the
+# total and one every 25 packages set up.
+apt-get install -y --no-install-recommends "${missing[@]}" | awk '
+  / newly installed/ { total = $3 + $1
+                       print "deps: " total " packages to install and set up, with what they need" }
+  /^Setting up / { if (++n % 25 == 0) print "deps: " n " of " total " set up" }
+  { fflush() }'
+echo "deps: done in $((SECONDS - start)) s"

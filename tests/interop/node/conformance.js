@@ -22,9 +22,20 @@ const TTL_MS = 500;
 const EXPIRE_MS = 1.2 * TTL_MS;
 const HELD = 9; // FAILED_PRECONDITION
 
+// The packages npm installs (install.sh): a missing one fails every case
+// with the reason, not a stack trace from require.
+function packages() {
+  try {
+    return { grpc: require('@grpc/grpc-js'), loader: require('@grpc/proto-loader') };
+  } catch (err) {
+    throw new Error(`the Node client's packages are not installed in ${__dirname}/node_modules ` +
+      `(${err.code}); tests/interop/node/install.sh installs them, and tests/run.sh ` +
+      'runs it first and says why it failed');
+  }
+}
+
 function load() {
-  const grpc = require('@grpc/grpc-js');
-  const loader = require('@grpc/proto-loader');
+  const { grpc, loader } = packages();
   const def = loader.loadSync('mecatl/driver/v1/session_lease.proto', {
     includeDirs: [path.join(ROOT, 'proto')],
     keepCase: true,
@@ -204,6 +215,12 @@ async function main() {
     return 0;
   }
   let failed = 0;
+  try {
+    packages();
+  } catch (err) {
+    console.log(`FAIL ${args.join(' ') || 'all cases'}: ${err.message}`);
+    return 1;
+  }
   for (const name of args.length ? args : Object.keys(cases)) {
     if (!cases[name]) {
       console.log(`no such case: ${name}`);
