@@ -301,31 +301,6 @@ grpc_status_code conn_call(struct conn *c, const char *path,
     return GRPC_STATUS_UNAVAILABLE;
 }
 
-const char *conn_status_name(grpc_status_code code)
-{
-    static const char *const names[] = {
-        "OK",
-        "CANCELLED",
-        "UNKNOWN",
-        "INVALID_ARGUMENT",
-        "DEADLINE_EXCEEDED",
-        "NOT_FOUND",
-        "ALREADY_EXISTS",
-        "PERMISSION_DENIED",
-        "RESOURCE_EXHAUSTED",
-        "FAILED_PRECONDITION",
-        "ABORTED",
-        "OUT_OF_RANGE",
-        "UNIMPLEMENTED",
-        "INTERNAL",
-        "UNAVAILABLE",
-        "DATA_LOSS",
-        "UNAUTHENTICATED",
-    };
-    size_t i = (size_t)code;
-    return i < sizeof(names) / sizeof(names[0]) ? names[i] : "UNKNOWN";
-}
-
 /* The reason in gRPC's text for a failed connection, without what it
  * says around it: "failed to connect to all addresses; last error:
  * UNKNOWN: ipv4:127.0.0.1:7443: Failed to connect to remote host:

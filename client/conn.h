@@ -50,10 +50,6 @@ void conn_close(struct conn *c);
  * process uses it any more, and its own threads are done). */
 bool conn_wait_shutdown(int timeout_ms);
 
-/* The name of a gRPC status as gRPC spells it ("NOT_FOUND",
- * "UNAVAILABLE", …); "UNKNOWN" for a code it does not define. Static. */
-const char *conn_status_name(grpc_status_code code);
-
 /* Whether a server listens: a fail-fast (not wait-for-ready)
  * grpc.health.v1 Check of each target in turn, all within timeout_ms,
  * until one gets through to a server. False when none did (each

@@ -14,6 +14,7 @@
 #include "conn.h"
 #include "lease.h"
 #include "mecatl/driver/v1/session_lease.pb-c.h"
+#include "status.h"
 
 enum method { M_ACQUIRE, M_RENEW, M_RELEASE, M_COUNT };
 
@@ -53,7 +54,7 @@ static int call(struct driver *d, enum method m, const ProtobufCMessage *req,
     if (err != LEASE_OK)
         snprintf(errmsg, len, "%s (%s)",
                  details[0] != '\0' ? details : lease_strerror(err),
-                 conn_status_name(status));
+                 status_name(status));
     return err;
 }
 

@@ -29,26 +29,6 @@ static const char *const method_names[MM_COUNT] = {
     [MM_OTHER] = "other",
 };
 
-static const char *const code_names[METRIC_CODES] = {
-    "OK",
-    "CANCELLED",
-    "UNKNOWN",
-    "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED",
-    "NOT_FOUND",
-    "ALREADY_EXISTS",
-    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION",
-    "ABORTED",
-    "OUT_OF_RANGE",
-    "UNIMPLEMENTED",
-    "INTERNAL",
-    "UNAVAILABLE",
-    "DATA_LOSS",
-    "UNAUTHENTICATED",
-};
-
 #define NBOUNDS(a) (sizeof(a) / sizeof((a)[0]))
 
 static void set_bounds(struct histogram *h, const double *b, size_t n)
@@ -159,7 +139,7 @@ char *metrics_render(size_t *len)
                 fprintf(f,
                         "leased_requests_total{method=\"%s\",code=\"%s\"} "
                         "%llu\n",
-                        method_names[m], code_names[c],
+                        method_names[m], status_name(c),
                         (unsigned long long)v);
         }
     }

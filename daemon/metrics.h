@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "status.h"
+
 /* The methods requests are counted by. */
 enum metric_method {
     MM_ACQUIRE,
@@ -25,7 +27,7 @@ enum metric_method {
     MM_COUNT,
 };
 
-#define METRIC_CODES 17 /* gRPC status codes 0..16 */
+#define METRIC_CODES STATUS_CODES /* gRPC status codes 0..16 */
 #define METRIC_BUCKETS 16
 
 struct histogram {

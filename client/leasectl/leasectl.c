@@ -29,6 +29,7 @@
 #include "grpc/health/v1/health.pb-c.h"
 #include "json.h"
 #include "leased/admin/v1/admin.pb-c.h"
+#include "status.h"
 
 #define DEFAULT_URL "127.0.0.1:7443"
 #define WAIT_POLL_NS INT64_C(250000000)
@@ -129,9 +130,8 @@ static bool ends_with_status(const char *text)
     size_t n = open != NULL ? strlen(open + 1) : 0;
     if (n < 2 || open[n] != ')')
         return false;
-    for (int code = GRPC_STATUS_OK; code <= GRPC_STATUS_UNAUTHENTICATED;
-         code++) {
-        const char *name = conn_status_name((grpc_status_code)code);
+    for (int code = 0; code < STATUS_CODES; code++) {
+        const char *name = status_name(code);
         if (strlen(name) == n - 1 && strncmp(open + 1, name, n - 1) == 0)
             return true;
     }
@@ -149,7 +149,7 @@ int ctl_fail(int err, const char *what)
         fprintf(stderr, "leasectl: %s: %s\n", what, why);
     else
         fprintf(stderr, "leasectl: %s: %s (%s)\n", what, why,
-                conn_status_name(status_of(err)));
+                status_name(status_of(err)));
     return ctl_exit_of(err);
 }
 
@@ -404,7 +404,7 @@ static int reported(const struct ctl *c, grpc_status_code st,
     if (st == GRPC_STATUS_OK)
         return EXIT_OK;
     fprintf(stderr, "leasectl: %s: %s (%s)\n", c->cmd,
-            details[0] != '\0' ? details : "failed", conn_status_name(st));
+            details[0] != '\0' ? details : "failed", status_name(st));
     switch (st) {
     case GRPC_STATUS_NOT_FOUND:
         return EXIT_NOT_FOUND;
