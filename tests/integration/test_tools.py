@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -65,6 +66,43 @@ def test_run_command_shows_compile_errors():
         assert re.search(r"duration\.c:\d+:\d+: error: #error broken on purpose",
                          out), out
         assert not os.path.exists(os.path.join(tmp, "build", "daemon", "leased"))
+
+
+def test_npm_out_of_reach_fails_only_the_node_cases_saying_why():
+    """tests/run.sh installs the Node client's packages with
+    tests/interop/node/install.sh before it builds: with the registry out
+    of reach that says why in one line, soon, and each Node case fails
+    with the reason; no build target runs npm."""
+    node_dir = os.path.join(harness.ROOT, "tests", "interop", "node")
+    with tempfile.TemporaryDirectory(prefix="leased-npm-") as tmp:
+        for f in ("package.json", "package-lock.json", "conformance.js",
+                  "install.sh"):
+            shutil.copy2(os.path.join(node_dir, f), tmp)
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        registry = "http://127.0.0.1:%d/" % s.getsockname()[1]
+        s.close()  # nothing listens there
+        start = time.monotonic()
+        run = subprocess.run([os.path.join(tmp, "install.sh")],
+                             env=dict(os.environ, npm_config_registry=registry),
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 1, run
+        assert re.fullmatch(r"npm ci failed: .*ECONNREFUSED.* \(registry %s\)\n"
+                            % re.escape(registry), run.stdout), run
+        assert time.monotonic() - start < 60
+        assert not os.path.exists(os.path.join(tmp, "node_modules"))
+        listed = subprocess.run(["node", "conformance.js", "--list"], cwd=tmp,
+                                capture_output=True, text=True, timeout=30)
+        cases = listed.stdout.split()
+        assert listed.returncode == 0 and len(cases) == 12, listed
+        case = subprocess.run(["node", "conformance.js", cases[0]], cwd=tmp,
+                              capture_output=True, text=True, timeout=30)
+        assert case.returncode == 1 and "not installed" in case.stdout and \
+            "install.sh" in case.stdout, case
+    build = os.path.dirname(os.path.dirname(harness.leased_bin()))
+    targets = subprocess.run(["meson", "introspect", "--targets", build],
+                             capture_output=True, text=True, check=True).stdout
+    assert "npm" not in targets and "node_modules" not in targets
 
 
 harness.main(globals())
