@@ -9,46 +9,20 @@
 #
 # WORK_DIR keeps podman's storage and the base image between runs (the
 # first run takes a few minutes: packages, debootstrap, the build). Needs
-# root, and Debian's mirror (apt sources). See container-notes in docs.
+# root and Debian's mirror (apt sources); skips (exit 77) where podman
+# cannot run a container. See docs/testing.md, "The container suites".
 set -euo pipefail
 
 src=$(cd "$1" && pwd)
-work=$(mkdir -p "$2" && cd "$2" && pwd)
 python=/usr/bin/python3
 name=leased-test-$$
 volume=leased-test-data-$$
 
-need=()
-for p in podman runc debootstrap; do
-  [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" = \
-    "install ok installed" ] || need+=("$p")
-done
-if [ ${#need[@]} -gt 0 ]; then
-  echo "container: installing ${need[*]}"
-  DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq \
-    --no-install-recommends "${need[@]}" >/dev/null
-fi
-
-# podman's configuration, all of it in WORK_DIR: nothing in /etc changes.
-mkdir -p "$work/storage" "$work/run"
-cat >"$work/storage.conf" <<EOF
-[storage]
-driver = "overlay"
-graphroot = "$work/storage"
-runroot = "$work/run"
-EOF
-nofile=$(ulimit -Hn)
-cat >"$work/containers.conf" <<EOF
-[containers]
-default_ulimits = ["nofile=$nofile:$nofile", "nproc=32768:32768"]
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-EOF
-export CONTAINERS_STORAGE_CONF=$work/storage.conf
-export CONTAINERS_CONF=$work/containers.conf
-export BUILDAH_ISOLATION=chroot
+# podman, its configuration in WORK_DIR, and the check that it can run a
+# container here: skips (exit 77) when it cannot (podman.sh).
+# shellcheck source=tests/container/podman.sh
+. "$(dirname "$0")/podman.sh"
+podman_init container "$2"
 
 cleanup() {
   podman rm -f "$name" "$name-2" >/dev/null 2>&1 || true
@@ -57,19 +31,7 @@ cleanup() {
 trap cleanup EXIT
 
 # The base image, made once: `FROM debian:bookworm` resolves to it.
-if ! podman image exists docker.io/library/debian:bookworm; then
-  mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources \
-             2>/dev/null | head -n1)
-  mirror=${mirror:-http://deb.debian.org/debian}
-  echo "container: debootstrap bookworm from $mirror"
-  rm -rf "$work/rootfs"
-  timeout 900 debootstrap --variant=minbase bookworm "$work/rootfs" \
-    "$mirror" >"$work/debootstrap.log" 2>&1 ||
-    { tail -20 "$work/debootstrap.log"; exit 1; }
-  tar -C "$work/rootfs" -c . | podman import - localhost/debian:bookworm >/dev/null
-  podman tag localhost/debian:bookworm docker.io/library/debian:bookworm
-  rm -rf "$work/rootfs"
-fi
+podman_base_image
 
 echo "container: building the image"
 timeout 1800 podman build --pull=never --format docker --network=host \
@@ -88,7 +50,8 @@ podman image inspect --format '{{json .Config.ExposedPorts}}' leased:test |
 podman image inspect --format '{{json .Config.Healthcheck}}' leased:test |
   grep -q 'leased-probe' || fail "no HEALTHCHECK"
 if podman run --rm --entrypoint /bin/sh leased:test -c \
-     'command -v gcc || command -v cc || command -v meson || command -v ninja || command -v protoc-c'; then
+     'command -v gcc || command -v cc || command -v meson || command -v ninja || command -v protoc-c' \
+     2>>"$work/podman.log"; then
   fail "build tools in the final image"
 fi
 

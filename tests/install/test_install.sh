@@ -17,12 +17,15 @@ if [ "$(id -u)" -ne 0 ] || ! unshare --mount true 2>/dev/null; then
   echo "skipped: needs root and mount namespaces (unshare --mount)"
   exit 77
 fi
-mkdir "$tmp/etc-upper" "$tmp/etc-work"
 export build sanitize here tmp
 unshare --mount --propagation private sh -eu -c '
   mount -t tmpfs tmpfs /usr/local
+  # The overlay keeps its changes on a tmpfs: an overlay cannot have them
+  # on another overlay (as /tmp is inside a container).
+  mkdir "$tmp/etc" && mount -t tmpfs tmpfs "$tmp/etc"
+  mkdir "$tmp/etc/upper" "$tmp/etc/work"
   mount -t overlay overlay \
-    -o "lowerdir=/etc,upperdir=$tmp/etc-upper,workdir=$tmp/etc-work" /etc
+    -o "lowerdir=/etc,upperdir=$tmp/etc/upper,workdir=$tmp/etc/work" /etc
   unset PKG_CONFIG_PATH LD_LIBRARY_PATH
   meson install -C "$build" --no-rebuild >"$tmp/install.log" ||
     { cat "$tmp/install.log"; exit 1; }
