@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, installs the Node interop
-# client's packages with npm (a failure there fails only the Node cases,
-# and the summary says why), builds leased three times
+# The test command: installs what is missing (tools/deps.sh test), then
+# the Node interop client's packages with npm (a failure there fails only
+# the Node cases, and the summary says why). Builds leased three times
 # and tests each build: plain (every suite, and the daemon under
 # valgrind), with the address and undefined-behaviour sanitizers (every
 # suite), and with the thread sanitizer (the unit, conformance,
@@ -9,7 +9,8 @@
 # tests/integration/meson.build lists in tsan_excluded). A sanitizer
 # report from a leased that a test started fails that test. Then it builds
 # the fuzz targets with clang's libFuzzer and fuzzes each for a bounded
-# time. It ends with one line "N passed, N failed" and exits non-zero
+# time. It ends with the end of each failed test's output, the reason of
+# each skipped one, and one line "N passed, N failed"; it exits non-zero
 # when anything failed.
 set -u
 cd "$(dirname "$0")/.."
@@ -56,9 +57,14 @@ run_suite() {
   fi
   rm -f "$dir/meson-logs/testlog.json"
   meson test -C "$dir" --print-errorlogs --no-rebuild "${test_opts[@]}"
+  count "$dir/meson-logs/testlog.json"
+}
+
+# count TESTLOG: adds up the results in meson's TESTLOG (JSON lines), and
+# keeps the end of each failed test's output and each skip's reason.
+count() {
   local counts
-  counts=$(/usr/bin/python3 - "$dir/meson-logs/testlog.json" \
-             "$failures" <<'PY'
+  counts=$(/usr/bin/python3 - "$1" "$failures" <<'PY'
 import json, re, sys
 ok = bad = 0
 with open(sys.argv[2], "a") as out:
@@ -89,7 +95,16 @@ PY
   failed=$((failed + ${counts#* }))
 }
 
-run_suite build -Dtests=true
+# The container suite (tests/container) runs beside the later builds:
+# it waits mostly on apt and podman, and at the lowest CPU priority
+# (nice, which its containers inherit) it takes only what they leave.
+run_suite build -Dtests=true -- --no-suite container
+if [ -f build/build.ninja ]; then
+  rm -f build/meson-logs/container.json
+  nice -n 19 meson test -C build --print-errorlogs --no-rebuild \
+    --suite container --logbase container >build/container.out 2>&1 &
+  container=$!
+fi
 run_suite build-sanitize -Db_sanitize=address,undefined -Db_lundef=false
 run_suite build-tsan -Db_sanitize=thread -Db_lundef=false \
   -- --suite unit --suite conformance --suite integration \
@@ -98,6 +113,13 @@ run_suite build-tsan -Db_sanitize=thread -Db_lundef=false \
 # fuzzed for a bounded time from a copy of its corpus (tests/fuzz).
 CC=clang targets=fuzz run_suite build-fuzz -Dtests=false -Dfuzzer=true \
   -Db_sanitize=address,undefined -Db_lundef=false -- --suite fuzz
+
+if [ -n "${container:-}" ]; then
+  echo "=== build: --suite container (beside the builds above)"
+  wait "$container"
+  cat build/container.out
+  count build/meson-logs/container.json
+fi
 
 if [ -s "$failures" ]; then
   echo "=== skipped and failed tests, the end of their output"

@@ -64,10 +64,13 @@ export DEBIAN_FRONTEND=noninteractive
 echo "deps: apt-get update"
 apt-get update -qq
 # apt's own output is long; its errors still reach stderr. A line for the
-# total and one every 25 packages set up.
+# total, then one every 25 packages downloaded, unpacked and set up.
 apt-get install -y --no-install-recommends "${missing[@]}" | awk '
+  function step(what, n) { if (n % 25 == 0) print "deps: " n " of " total " " what }
   / newly installed/ { total = $3 + $1
-                       print "deps: " total " packages to install and set up, with what they need" }
-  /^Setting up / { if (++n % 25 == 0) print "deps: " n " of " total " set up" }
+                       print "deps: " total " packages to install, with what they need" }
+  /^Get:/ { step("downloaded", ++got) }
+  /^Unpacking / { step("unpacked", ++unpacked) }
+  /^Setting up / { step("set up", ++set) }
   { fflush() }'
 echo "deps: done in $((SECONDS - start)) s"
