@@ -11,12 +11,9 @@
 # non-loopback --listen; see docs/operations.md, "Docker".
 
 FROM debian:bookworm AS build
-RUN apt-get update \
- && apt-get install -y --no-install-recommends \
-      gcc libc6-dev pkg-config meson ninja-build \
-      libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev \
-      libuv1-dev libsqlite3-dev libssl-dev libmicrohttpd-dev \
- && rm -rf /var/lib/apt/lists/*
+# What the run command installs to build leased: one list, in deps.sh.
+COPY tools/deps.sh /tmp/deps.sh
+RUN /tmp/deps.sh run && rm -rf /var/lib/apt/lists/*
 COPY . /src
 RUN meson setup /build /src --buildtype=release -Dtests=false \
       -Dprefix=/usr/local -Dwerror=true \
