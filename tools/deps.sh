@@ -31,13 +31,14 @@ if [ "$1" = test ]; then
   # procps: kill(1), which systemd-analyze checks the unit's
   # ExecReload= against. iproute2: `ip`, for the tests that run leased
   # in a network namespace of their own. podman, runc and debootstrap:
-  # the container suites.
+  # the container suites. ca-certificates: npm's TLS to its registry
+  # (Debian's nodejs only recommends it).
   packages+=(
     protobuf-compiler libhiredis-dev openssl
     python3 python3-grpcio python3-protobuf python3-prometheus-client
     golang-go golang-google-grpc-dev golang-google-protobuf-dev
     libfaketime valgrind strace clang libclang-rt-14-dev
-    systemd procps iproute2 git podman runc debootstrap
+    systemd procps iproute2 git podman runc debootstrap ca-certificates
   )
 fi
 

@@ -11,8 +11,8 @@
 #   2. `tools/run.sh` exactly as README says, in the background; leased
 #      must log `msg=listening`, then `build/client/leasectl acquire job-1`
 #      must succeed with token 1;
-#   3. `tools/deps.sh test`, then the unit suite in `build` with the tests
-#      configured on.
+#   3. `tools/deps.sh test`, the Node client's packages (npm ci), then
+#      the unit suite in `build` with the tests configured on.
 #
 # So a package missing from tools/deps.sh (either profile) fails here, not
 # on a user's machine.
@@ -93,12 +93,20 @@ trap cleanup EXIT
 cache=()
 [ ! -d /var/cache/apt/archives ] ||
   cache=(-v /var/cache/apt/archives:/host-archives:ro)
-# The whole test command also needs ptrace (its tests delay fsyncs with
-# strace), as root has on a machine of its own.
-caps=(--cap-add SYS_ADMIN)
+# The CA certificates this host trusts beyond Debian's (here, those of a
+# TLS-inspecting proxy to the npm registry) are the network's, not the
+# machine's: offered to the container, where the ca-certificates package
+# picks them up when tools/deps.sh installs it. The whole test command
+# (--full) also needs what root has on a machine of its own: ptrace (its
+# tests delay fsyncs with strace) and the network (README's tour runs in
+# a network namespace of its own).
+extra=(--cap-add SYS_ADMIN)
 [ "$full" != --full ] ||
-  caps+=(--cap-add SYS_PTRACE --security-opt seccomp=unconfined)
-timeout 120 podman run -d --name "$name" "${caps[@]}" --network=bridge \
+  extra+=(--cap-add SYS_PTRACE --cap-add NET_ADMIN
+          --security-opt seccomp=unconfined)
+[ ! -d /usr/local/share/ca-certificates ] ||
+  extra+=(-v /usr/local/share/ca-certificates:/usr/local/share/ca-certificates:ro)
+timeout 120 podman run -d --name "$name" "${extra[@]}" --network=bridge \
   --tmpfs /tmp:rw,exec,mode=1777 \
   -v "$fresh/leased.git:/srv/leased.git:ro" \
   -v "$fresh/logs:/var/log/fresh" \
@@ -178,6 +186,10 @@ fi
 step deps-test.log 1200 'cd leased && tools/deps.sh test' ||
   fail "tools/deps.sh test" deps-test.log
 say "tools/deps.sh test done"
+# The test command's first step after the packages: the Node client's.
+step npm.log 600 'cd leased && tests/interop/node/install.sh' ||
+  fail "tests/interop/node/install.sh" npm.log
+say "the Node client's packages installed"
 step unit.log 1200 '
   cd leased
   if [ -f build/build.ninja ]; then
