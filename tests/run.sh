@@ -76,7 +76,7 @@ with open(sys.argv[2], "a") as out:
             elif t["result"] == "SKIP":
                 # A skip says why on its last line of output.
                 why = (t.get("stdout") or "").strip().splitlines()[-1:]
-                out.write("--- %s: SKIP: %s\n" % (t["name"], "".join(why)))
+                out.write("--- %s: SKIP\n%s\n" % (t["name"], "".join(why)))
             else:
                 bad += 1
                 text = "\n".join(t.get(k) or "" for k in ("stdout", "stderr"))
