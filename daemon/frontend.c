@@ -24,10 +24,18 @@
  * list non-empty posts nothing), so no rpc is freed while its empty batch
  * is pending.
  *
- * Shutdown: the loop calls grpc_server_shutdown_and_notify(); armed
- * requests then complete unsuccessfully and are freed; the thread ends
- * once the notify tag has arrived and no rpc is left, then destroys the
- * server and the queue and wakes the loop.
+ * Drain: the loop sets `draining`. Health turns NOT_SERVING, Watch
+ * streams end, calls that arrive now are refused (UNAVAILABLE), nothing
+ * new is armed, and the calls in progress are answered as usual. Only
+ * once none is left and LINGER_MS went by does the CQ thread shut the
+ * server down: closing a connection before the client read its last
+ * replies can reset it (measured: a reply or two lost in 1 of 20 drains
+ * of 100 calls when gRPC closed at once). gRPC then sends GOAWAY, armed
+ * requests complete unsuccessfully and are freed, clients close their
+ * connections; after another LINGER_MS, or --drain-timeout after the
+ * drain began, it cancels what is left, which also closes idle
+ * connections. The thread ends once the notify tag has arrived and no
+ * rpc is left, then destroys the server and the queue and wakes the loop.
  */
 #include "frontend.h"
 
@@ -55,6 +63,8 @@
 #define NMETHODS 6 /* enum request_op: the lease and admin methods */
 #define ARMED_ADMIN 2 /* per admin method */
 #define ARMED_HEALTH 2 /* per health method */
+#define LINGER_MS 200   /* see Drain above */
+#define TICK_MS 50      /* the CQ thread's wake-up while draining */
 
 enum rpc_state {
     RPC_ARMED,
@@ -130,11 +140,13 @@ struct frontend {
     bool thread_started;
     size_t live;  /* rpcs allocated */
     size_t armed; /* of which requested from the server, no call yet */
-    bool notified; /* the shutdown tag came back */
-    gpr_timespec shutdown_seen_at;
+    int64_t drain_began_ms; /* 0 before the CQ thread saw the drain */
+    int64_t idle_since_ms;  /* no call in progress since; 0 while busy */
+    int64_t closed_at_ms;   /* the server was shut down; 0 before */
+    bool notified;          /* the shutdown tag came back */
     bool cancelled_all;
 
-    atomic_bool shutdown; /* set by the loop */
+    atomic_bool draining; /* set by the loop */
     atomic_bool thread_done;
     bool stopped_reported; /* loop only */
     char shutdown_tag;     /* its address is the tag */
@@ -185,7 +197,7 @@ static struct rpc *rpc_new(struct frontend *fe, enum rpc_state state)
  * (method 0) or Watch (1) (RPC_HEALTH). */
 static void arm(struct frontend *fe, enum rpc_state state, int method)
 {
-    if (atomic_load(&fe->shutdown))
+    if (atomic_load(&fe->draining))
         return;
     struct rpc *r = rpc_new(fe, state);
     if (r == NULL) {
@@ -352,6 +364,10 @@ static void accept_call(struct rpc *r)
     if (op < OP_GET)
         r->accepted_ns = clock_mono_ns();
     arm(fe, RPC_ARMED, op);
+    if (atomic_load(&fe->draining)) {
+        send_reply(r, GRPC_STATUS_UNAVAILABLE, "draining", NULL);
+        return;
+    }
     if (!admit(r))
         return;
     grpc_slice s;
@@ -397,7 +413,7 @@ static void reject_unknown(struct rpc *r)
 
 static int health_now(struct frontend *fe)
 {
-    return atomic_load(&fe->shutdown) || !atomic_load(&fe->serving)
+    return atomic_load(&fe->draining) || !atomic_load(&fe->serving)
                ? HEALTH_NOT_SERVING
                : HEALTH_SERVING;
 }
@@ -437,7 +453,7 @@ static void watch_update(struct rpc *r)
         ops[n].op = GRPC_OP_SEND_MESSAGE;
         ops[n++].data.send_message.send_message = r->body;
         r->watch_sent = want;
-    } else if (atomic_load(&fe->shutdown)) {
+    } else if (atomic_load(&fe->draining)) {
         ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
         ops[n++].data.send_status_from_server.status = GRPC_STATUS_OK;
         r->watch_ending = true;
@@ -459,7 +475,7 @@ static void watch_update(struct rpc *r)
 static void update_watchers(struct frontend *fe)
 {
     int now = health_now(fe);
-    if (now == fe->health_seen && !atomic_load(&fe->shutdown))
+    if (now == fe->health_seen && !atomic_load(&fe->draining))
         return;
     fe->health_seen = now;
     for (struct rpc *w = fe->watchers; w != NULL; w = w->next_watcher)
@@ -597,40 +613,56 @@ static void on_event(struct frontend *fe, grpc_event ev)
     abort(); /* an event for an rpc the loop owns */
 }
 
+static int64_t now_ms(void)
+{
+    return clock_mono_ns() / 1000000;
+}
+
+/* A step of the drain (see Drain above), on each wake-up while draining. */
+static void drain(struct frontend *fe)
+{
+    int64_t now = now_ms();
+    if (fe->drain_began_ms == 0)
+        fe->drain_began_ms = now;
+    bool busy = fe->live != fe->armed;
+    if (busy)
+        fe->idle_since_ms = 0;
+    else if (fe->idle_since_ms == 0)
+        fe->idle_since_ms = now;
+    bool late = now - fe->drain_began_ms > fe->drain_ms;
+    if (fe->closed_at_ms == 0) {
+        if (!late && (busy || now - fe->idle_since_ms < LINGER_MS))
+            return;
+        fe->closed_at_ms = now;
+        grpc_server_shutdown_and_notify(fe->server, fe->cq, &fe->shutdown_tag);
+        if (!late)
+            return;
+    } else if (!late && now - fe->closed_at_ms < LINGER_MS) {
+        return;
+    }
+    if (busy)
+        log_warn("cancelling_calls", "after_ms=%lld", (long long)fe->drain_ms);
+    grpc_server_cancel_all_calls(fe->server);
+    fe->cancelled_all = true;
+}
+
 static void *cq_thread(void *arg)
 {
     struct frontend *fe = arg;
     for (;;) {
         if (fe->notified && fe->live == 0)
             break;
+        bool draining = atomic_load(&fe->draining);
         grpc_event ev = grpc_completion_queue_next(
             fe->cq, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                 gpr_time_from_millis(200, GPR_TIMESPAN)),
+                                 gpr_time_from_millis(draining ? TICK_MS : 200,
+                                                      GPR_TIMESPAN)),
             NULL);
         if (ev.type == GRPC_OP_COMPLETE)
             on_event(fe, ev);
         update_watchers(fe);
-        if (ev.type == GRPC_OP_COMPLETE || !atomic_load(&fe->shutdown) ||
-            fe->cancelled_all)
-            continue;
-        /* Shutting down, and the queue was quiet for a moment. gRPC waits
-         * for every connection to go away before it reports the shutdown,
-         * and clients keep idle connections open: once no call is in
-         * progress, cancelling closes them. Calls still running get a
-         * while to finish before they are cancelled too. */
-        gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
-        if (fe->shutdown_seen_at.tv_sec == 0)
-            fe->shutdown_seen_at = now;
-        bool idle = fe->live == fe->armed;
-        bool late = gpr_time_to_millis(gpr_time_sub(
-                        now, fe->shutdown_seen_at)) > fe->drain_ms;
-        if (idle || late) {
-            if (!idle)
-                log_warn("cancelling_calls", "after_ms=%lld",
-                         (long long)fe->drain_ms);
-            grpc_server_cancel_all_calls(fe->server);
-            fe->cancelled_all = true;
-        }
+        if (draining && !fe->cancelled_all)
+            drain(fe);
     }
     grpc_server_destroy(fe->server);
     grpc_completion_queue_shutdown(fe->cq);
@@ -692,9 +724,7 @@ void frontend_set_serving(struct frontend *fe, bool serving)
 
 void frontend_shutdown(struct frontend *fe)
 {
-    if (atomic_exchange(&fe->shutdown, true))
-        return;
-    grpc_server_shutdown_and_notify(fe->server, fe->cq, &fe->shutdown_tag);
+    atomic_store(&fe->draining, true);
 }
 
 static void on_close(uv_handle_t *h)

@@ -81,25 +81,36 @@ def test_watchers_see_not_serving_then_the_end_on_sigterm():
 
 
 def test_drain_answers_every_call_in_progress():
-    """100 calls waiting for a commit when SIGTERM arrives: every one is
-    answered OK, stored, and the daemon exits 0."""
-    with Leased(ttl="10s") as d:
+    """100 calls waiting for a commit when SIGTERM arrives (all of them
+    queued at the daemon, on one connection): every one is answered OK,
+    stored, and the daemon exits 0. Closing the connection right after the
+    last reply used to reset it before the client read a reply or two."""
+    with Leased(ttl="10s", args=["--metrics-listen", "127.0.0.1:0"]) as d:
         c = d.client()
         c.acquire("warm", "alice")
         results = {}
+        start = threading.Barrier(101)
 
         def call(i):
+            start.wait()
             results[i] = status_of(c.acquire, "drain-%d" % i, "owner-%d" % i)
         threads = [threading.Thread(target=call, args=(i,))
                    for i in range(100)]
         with harness.WriteLock(d.db_path):
             for t in threads:
                 t.start()
-            time.sleep(0.6)  # all sent, stuck behind the lock
+            start.wait()
+            deadline = time.monotonic() + 10
+            while d.metrics()[("leased_queue_depth", ())] < 100:
+                assert time.monotonic() < deadline, "calls never queued"
+                time.sleep(0.02)
             d.proc.send_signal(signal.SIGTERM)
             d.wait_log(r"msg=stopping signal=TERM")
             time.sleep(0.3)
             assert d.proc.poll() is None, "exited with calls in flight"
+            # Arrived during the drain: refused, nothing stored.
+            expect_code(grpc.StatusCode.UNAVAILABLE, d.client().acquire,
+                        "late", "bob")
         for t in threads:
             t.join(10)
         assert sorted(results) == list(range(100))
@@ -112,6 +123,7 @@ def test_drain_answers_every_call_in_progress():
         for i in range(0, 100, 7):
             expect_code(grpc.StatusCode.FAILED_PRECONDITION, c2.acquire,
                         "drain-%d" % i, "someone-else")
+        assert c2.acquire("late", "carol").token == 1
 
 
 def test_drain_timeout_cancels_what_is_left():
