@@ -12,13 +12,16 @@
  * the supervisor restarts it, and the new process reads what the disk
  * really holds (see server.c).
  */
+#include <errno.h>
 #include <grpc/grpc.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sysexits.h>
 #include <unistd.h>
 #include <uv.h>
@@ -45,7 +48,8 @@ struct daemon {
     struct tokens *tokens; /* NULL: no bearer tokens */
     struct tokens *admin_tokens; /* NULL: admin calls use tokens */
     struct metrics_http *metrics; /* NULL: no --metrics-listen */
-    uv_signal_t sigterm, sigint, sighup;
+    int signal_fd; /* SIGTERM, SIGINT and SIGHUP, read by the loop */
+    uv_poll_t signals;
     bool signals_started;
     bool stopping;
 };
@@ -82,11 +86,8 @@ static void on_fatal(void *arg, const char *why)
 static void on_server_closed(void *arg)
 {
     struct daemon *d = arg;
-    if (d->signals_started) {
-        uv_close((uv_handle_t *)&d->sigterm, NULL);
-        uv_close((uv_handle_t *)&d->sigint, NULL);
-        uv_close((uv_handle_t *)&d->sighup, NULL);
-    }
+    if (d->signals_started)
+        uv_close((uv_handle_t *)&d->signals, NULL);
 }
 
 static void on_frontend_stopped(void *arg)
@@ -99,9 +100,8 @@ static void on_frontend_stopped(void *arg)
 
 /* SIGHUP: the token file and the TLS files again; what fails to load
  * keeps its old contents. */
-static void on_sighup(uv_signal_t *h, int signum)
+static void reload(struct daemon *d)
 {
-    struct daemon *d = h->data;
     char err[512];
     struct tokens *sets[] = {d->tokens, d->admin_tokens};
     const char *names[] = {"tokens", "admin_tokens"};
@@ -123,14 +123,28 @@ static void on_sighup(uv_signal_t *h, int signum)
     }
 }
 
-static void on_signal(uv_signal_t *h, int signum)
+/* SIGTERM, SIGINT: the drain. */
+static void stop(struct daemon *d, int signum)
 {
-    struct daemon *d = h->data;
     if (d->stopping || d->frontend == NULL)
         return;
     d->stopping = true;
     log_info("stopping", "signal=%s", signum == SIGTERM ? "TERM" : "INT");
     frontend_shutdown(d->frontend);
+}
+
+static void on_signals(uv_poll_t *h, int status, int events)
+{
+    (void)status;
+    (void)events;
+    struct daemon *d = h->data;
+    struct signalfd_siginfo si;
+    while (read(d->signal_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        if (si.ssi_signo == SIGHUP)
+            reload(d);
+        else
+            stop(d, (int)si.ssi_signo);
+    }
 }
 
 /* Every connection takes a descriptor, and gRPC 1.51 stops accepting for
@@ -230,17 +244,25 @@ int main(int argc, char **argv)
                  (unsigned long long)cfg.raise_token_floor, raised);
     }
 
-    /* SIGTERM, SIGINT and SIGHUP stay blocked in every thread started
-     * from here on (gRPC's, the metrics server's), so that the kernel
-     * always hands them to this one, which runs the loop. A thread asleep
-     * in gRPC's own futex waits could hold one unhandled under
-     * ThreadSanitizer. Unblocked here just before the loop runs. */
+    /* SIGTERM, SIGINT and SIGHUP stay blocked in every thread from here
+     * on (this one, and gRPC's and the metrics server's, which inherit
+     * the mask), and the loop reads them from a signalfd: no handler runs
+     * on any thread, and one that arrives before the loop runs waits for
+     * it. (With handlers, ThreadSanitizer's deferred delivery lost one
+     * SIGTERM in a few hundred, and a thread asleep in gRPC's futex waits
+     * could hold one unhandled.) */
     sigset_t loop_signals;
     sigemptyset(&loop_signals);
     sigaddset(&loop_signals, SIGTERM);
     sigaddset(&loop_signals, SIGINT);
     sigaddset(&loop_signals, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &loop_signals, NULL);
+    d.signal_fd = signalfd(-1, &loop_signals, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (d.signal_fd < 0) {
+        log_error("startup_failed", "reason=\"signalfd: %s\"",
+                  strerror(errno));
+        return 1;
+    }
 
     uv_loop_t *loop = uv_default_loop();
     d.server = server_create(loop, store, cfg.ttl_ns, err, sizeof(err));
@@ -250,16 +272,11 @@ int main(int argc, char **argv)
     }
     server_set_reply(d.server, reply, on_storage, on_fatal, &d);
 
-    /* Signals are ours before the first listener exists: a SIGTERM right
-     * after `listening` drains rather than kills. The loop runs their
-     * callbacks only once it runs, when the frontend is there. */
-    uv_signal_init(loop, &d.sigterm);
-    uv_signal_init(loop, &d.sigint);
-    uv_signal_init(loop, &d.sighup);
-    d.sigterm.data = d.sigint.data = d.sighup.data = &d;
-    uv_signal_start(&d.sigterm, on_signal, SIGTERM);
-    uv_signal_start(&d.sigint, on_signal, SIGINT);
-    uv_signal_start(&d.sighup, on_sighup, SIGHUP);
+    /* The loop reads the signals only once it runs, when the frontend is
+     * there: a SIGTERM right after `listening` drains rather than kills. */
+    uv_poll_init(loop, &d.signals, d.signal_fd);
+    d.signals.data = &d;
+    uv_poll_start(&d.signals, UV_READABLE, on_signals);
     d.signals_started = true;
 
     log_route_grpc();
@@ -286,6 +303,7 @@ int main(int argc, char **argv)
         server_close(d.server, on_server_closed, &d);
         uv_run(loop, UV_RUN_DEFAULT);
         uv_loop_close(loop);
+        close(d.signal_fd);
         grpc_shutdown_blocking();
         tls_free(d.tls);
         tokens_free(d.tokens);
@@ -296,10 +314,10 @@ int main(int argc, char **argv)
              LEASED_VERSION, cfg.data_dir, (long long)(cfg.ttl_ns / 1000000),
              (long)getpid());
 
-    pthread_sigmask(SIG_UNBLOCK, &loop_signals, NULL);
     uv_run(loop, UV_RUN_DEFAULT);
 
     uv_loop_close(loop);
+    close(d.signal_fd);
     metrics_http_stop(d.metrics);
     /* grpc_shutdown() may leave gRPC's threads to finish after we exit;
      * wait for them, so that the process ends with nothing running. */

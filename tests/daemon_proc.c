@@ -146,11 +146,7 @@ int daemon_stop(struct daemon_proc *d)
 {
     int rc = -1;
     if (d->pid > 0) {
-        /* To the main thread: kill() lets the kernel hand the signal to
-         * any thread, and under ThreadSanitizer one that lands on a gRPC
-         * thread asleep in a futex waits there, unhandled, for as long as
-         * that thread sleeps (harness.py's signal_main_thread()). */
-        tgkill(d->pid, d->pid, SIGTERM);
+        kill(d->pid, SIGTERM);
         for (int i = 0; i < 2000; i++) {
             int status;
             if (waitpid(d->pid, &status, WNOHANG) == d->pid) {

@@ -14,8 +14,6 @@ case stopped it, killed it or expected it to fail; leased processes a case
 leaves running are stopped after it.
 """
 import atexit
-import ctypes
-import errno
 import importlib.util
 import os
 import re
@@ -238,12 +236,12 @@ class Leased:
             time.sleep(0.02)
 
     def stop(self, timeout=15.0):
-        """Closes the channels made by channel(), then SIGTERM (to leased's
-        main thread, see signal_main_thread); returns the exit code."""
+        """Closes the channels made by channel(), then SIGTERM; returns the
+        exit code."""
         self.close_channels()
         if self.proc is None or self.proc.poll() is not None:
             return self.proc.returncode if self.proc else None
-        signal_main_thread(self.proc, signal.SIGTERM)
+        self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=timeout)
 
     def kill9(self):
@@ -294,24 +292,6 @@ class Leased:
             if self.log is not None:
                 self.log.close()
             self._tmp.cleanup()
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def signal_main_thread(proc, sig):
-    """Sends sig to the main thread of proc (a subprocess.Popen), with
-    tgkill(2). kill(2) lets the kernel hand a signal to any of leased's
-    threads; under ThreadSanitizer one that lands on a gRPC thread asleep
-    in a futex (its executors) waits there, unhandled, until that thread
-    wakes, which may be never, and leased does not stop. The main thread
-    runs leased's loop and always gets to it."""
-    if proc.poll() is not None:
-        return
-    if _libc.tgkill(proc.pid, proc.pid, sig) != 0:
-        err = ctypes.get_errno()
-        if err != errno.ESRCH:  # it has just exited
-            raise OSError(err, os.strerror(err))
 
 
 def write_private(path, text, mode=0o600):
