@@ -135,7 +135,9 @@ int lease_memory_open(int64_t ttl_ns, int64_t (*now_ns)(void *arg),
     m->now_ns = now_ns != NULL ? now_ns : realtime_ns;
     m->arg = arg;
     /* Started long ago: a fresh table has nothing to quarantine. */
-    m->engine = engine_create(ttl_ns, INT64_MIN / 2);
+    struct siphash_key key;
+    siphash_random_key(&key);
+    m->engine = engine_create(ttl_ns, INT64_MIN / 2, &key);
     if (m->engine == NULL || (*out = lease_client_create(&memory_backend,
                                                          m)) == NULL) {
         mem_destroy(m);

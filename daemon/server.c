@@ -780,8 +780,10 @@ struct server *server_create(uv_loop_t *loop, struct store *store,
         log_warn("expiries_capped", "leases=%zu reason=\"stored expiries "
                  "beyond the restart quarantine: the wall clock was set "
                  "back\"", capped);
-    s->engine = engine_create(ttl_ns, quarantine ? start_ns
-                                                 : start_ns - ttl_ns);
+    struct siphash_key key;
+    siphash_random_key(&key);
+    s->engine = engine_create(ttl_ns,
+                              quarantine ? start_ns : start_ns - ttl_ns, &key);
     if (s->engine == NULL)
         goto nomem;
     if (quarantine)

@@ -13,7 +13,7 @@ if [ ! -f build/build.ninja ]; then
   rm -f "$log"
 fi
 echo "run: building leased and leasectl"
-meson compile -C build daemon/leased:executable daemon/leased-probe:executable \
+meson compile -C build daemon/leased:executable client/leased-probe:executable \
   client/leasectl:executable
 echo "run: leasectl is build/client/leasectl (try: build/client/leasectl acquire job-1)"
 exec build/daemon/leased "$@"

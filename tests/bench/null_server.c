@@ -153,7 +153,9 @@ int main(int argc, char **argv)
     }
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
-    engine = engine_create(ttl_ms * 1000000, 0);
+    struct siphash_key key;
+    siphash_random_key(&key);
+    engine = engine_create(ttl_ms * 1000000, 0, &key);
     grpc_init();
     grpc_arg arg = {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ALLOW_REUSEPORT,
                     .value.integer = 0};

@@ -88,7 +88,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "storebench: %s\n", errmsg);
         return 1;
     }
-    struct engine *e = engine_create(TTL_NS, now_ns(CLOCK_REALTIME));
+    struct siphash_key key;
+    siphash_random_key(&key);
+    struct engine *e = engine_create(TTL_NS, now_ns(CLOCK_REALTIME), &key);
     struct engine_change *chgs = calloc(batch, sizeof(*chgs));
     char (*names)[32] = calloc(rows, sizeof(*names));
     uint64_t *tokens = calloc(rows, sizeof(*tokens));

@@ -1,5 +1,5 @@
 /*
- * The fault points of `leased-faults` (see daemon/engine/faultpoint.h):
+ * The fault points of `leased-faults` (see core/faultpoint.h):
  * LEASED_FAULTS is read once, at the first hook reached.
  *
  *   kill=NAME:P   at FAULT_POINT(NAME), SIGKILL with probability P (0..1)

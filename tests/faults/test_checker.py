@@ -11,7 +11,7 @@ Two kinds of histories:
     that must not be flagged. Times that sit on a boundary are exact
     binary fractions, so that the float comparisons are exact.
   - simulated ones (class Sim): a model of a correct leased (the engine's
-    rules from daemon/engine/engine.c, the reply-after-sync rule of
+    rules from core/engine.c, the reply-after-sync rule of
     daemon/server.c, the restart quarantine, garbage collection, the
     startup sync), its workers (as tests/faults/workload.py behaves) and
     the campaign's runner (kill -9, power loss, SIGSTOP, clock steps,

@@ -17,7 +17,8 @@ static struct engine *E;
 
 static void setup(void)
 {
-    E = engine_create(TTL, T0);
+    static const struct siphash_key key = {1, 2};
+    E = engine_create(TTL, T0, &key);
     CHECK(E != NULL);
 }
 

@@ -2,7 +2,7 @@
  * The lease engine (see engine.h for the contract and invariants).
  *
  * Entries live in a chained hash table keyed by session id (SipHash with
- * a random key). An entry is in one of three states:
+ * the caller's key, random in production). An entry is in one of three states:
  *
  *   held      owner_len > 0 and (expiry_ns > now, or quarantined)
  *   expired   owner_len > 0, expiry_ns <= now, not quarantined
@@ -49,7 +49,7 @@ struct engine {
     int64_t quarantine_end_ns;
     uint64_t floor;
     uint64_t collect_stamp; /* engine_stamp of the last collection */
-    struct siphash_key hash_key; /* random, per engine */
+    struct siphash_key hash_key;
 };
 
 #define INITIAL_BUCKETS 1024
@@ -62,7 +62,8 @@ static uint64_t hash_bytes(const struct engine *e, const char *p, size_t n)
     return siphash24(&e->hash_key, p, n);
 }
 
-struct engine *engine_create(int64_t ttl_ns, int64_t start_ns)
+struct engine *engine_create(int64_t ttl_ns, int64_t start_ns,
+                             const struct siphash_key *hash_key)
 {
     assert(ttl_ns > 0);
     struct engine *e = calloc(1, sizeof(*e));
@@ -74,7 +75,7 @@ struct engine *engine_create(int64_t ttl_ns, int64_t start_ns)
         return NULL;
     }
     e->nbuckets = INITIAL_BUCKETS;
-    siphash_random_key(&e->hash_key);
+    e->hash_key = *hash_key;
     e->ttl_ns = ttl_ns;
     e->quarantine_end_ns = start_ns + ttl_ns;
     return e;

@@ -33,6 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "siphash.h"
+
 #define ENGINE_SESSION_MAX 512 /* bytes, docs/protocol.md */
 #define ENGINE_OWNER_MAX 256
 
@@ -86,8 +88,11 @@ struct engine;
 /* Creates an empty engine. ttl_ns: the lease lifetime (> 0). start_ns:
  * the engine's clock at start; leases loaded with engine_load() cannot be
  * taken by another owner before start_ns + ttl_ns (restart quarantine).
- * Returns NULL when out of memory. */
-struct engine *engine_create(int64_t ttl_ns, int64_t start_ns);
+ * hash_key (copied) keys the session table's hash: a random one
+ * (siphash_random_key) keeps clients from choosing session ids that
+ * collide; tests pass a fixed one. Returns NULL when out of memory. */
+struct engine *engine_create(int64_t ttl_ns, int64_t start_ns,
+                             const struct siphash_key *hash_key);
 
 /* Frees the engine and every entry. All changes must be finished.
  * Accepts NULL. */
