@@ -6,7 +6,9 @@
  * lock file HASH.N.lock; a slot whose record holds another session (a
  * hash collision) sends the caller to N + 1, so any session id has a name
  * of its own. Each call takes flock(LOCK_EX) on the slot's lock file,
- * reads the record, decides as leased does, and writes the new record
+ * reads the record, decides by leased's own rules (core/rules.h; with no
+ * restart quarantine, which nothing here needs: every change, renewals
+ * too, is on disk before it is answered), and writes the new record
  * atomically and durably: a temporary file, fsync, rename over the
  * record, fsync of the directory. A crash leaves either the old record or
  * the new one (and maybe a temporary file, ignored). Records are never
@@ -31,6 +33,7 @@
 
 #include "client.h"
 #include "lease.h"
+#include "rules.h"
 
 #define MAX_SLOTS 64
 #define RECORD_MAX (128 + LEASE_OWNER_MAX + LEASE_SESSION_MAX)
@@ -141,15 +144,59 @@ static int write_record(const struct files *f, const char *path,
     return LEASE_OK;
 }
 
-/* A change to a session's record, decided under its lock. Returns a
- * lease error; sets *write when the record must be written. */
-typedef int (*decide_fn)(const struct files *f, struct record *r,
-                         const void *arg, int64_t now, bool *write,
-                         char *errmsg, size_t len);
+/* One call on a session's record. */
+struct call {
+    enum rules_op op;
+    const char *owner;  /* borrowed, NUL-terminated */
+    uint64_t token;     /* Renew, Release */
+    struct lease *out;  /* Acquire, Renew: the lease granted */
+};
+
+/* Decides c on the record r (read under its lock) at now, by the rules
+ * every backend shares; on a change, updates r and sets *write. Returns a
+ * lease error. */
+static int decide(const struct files *f, struct record *r,
+                  const struct call *c, int64_t now, bool *write,
+                  char *errmsg, size_t len)
+{
+    struct rules_row row = {
+        .owner = r->owner,
+        .owner_len = strlen(r->owner),
+        .token = r->token,
+        .expiry_ns = r->expiry_ns,
+    };
+    struct rules_request req = {c->owner, strlen(c->owner), c->token};
+    struct rules_outcome o;
+    int code = rules_decide(c->op, r->exists ? &row : NULL, &req, now,
+                            f->ttl_ns, &o);
+    switch (code) {
+    case RULES_OK:
+        break;
+    case RULES_NOOP:
+        return LEASE_OK;
+    default:
+        snprintf(errmsg, len, "%s", rules_reason(code));
+        return LEASE_EHELD;
+    }
+    if (o.durable) { /* a new owner, or none (a tombstone) */
+        /* o.after.owner is the caller's (a takeover) or NULL (a release),
+         * never r->owner itself. */
+        if (o.after.owner_len > 0)
+            memcpy(r->owner, o.after.owner, o.after.owner_len);
+        r->owner[o.after.owner_len] = '\0';
+    }
+    r->token = o.after.token;
+    r->expiry_ns = o.after.expiry_ns;
+    *write = true;
+    if (c->out != NULL)
+        client_fill(c->out, r->session, strlen(r->session), r->owner,
+                    strlen(r->owner), r->token, r->expiry_ns);
+    return LEASE_OK;
+}
 
 /* Finds session's slot, locks it, runs decide, writes what it changed. */
-static int with_session(struct files *f, const char *session, decide_fn fn,
-                        const void *arg, char *errmsg, size_t len)
+static int with_session(struct files *f, const char *session,
+                        const struct call *c, char *errmsg, size_t len)
 {
     uint64_t h = hash(session);
     for (int slot = 0; slot < MAX_SLOTS; slot++) {
@@ -172,7 +219,7 @@ static int with_session(struct files *f, const char *session, decide_fn fn,
             if (!r.exists)
                 snprintf(r.session, sizeof(r.session), "%s", session);
             bool write = false;
-            rc = fn(f, &r, arg, f->now_ns(f->arg), &write, errmsg, len);
+            rc = decide(f, &r, c, f->now_ns(f->arg), &write, errmsg, len);
             int wrc = rc == LEASE_OK && write
                           ? write_record(f, path, &r, errmsg, len)
                           : LEASE_OK;
@@ -187,107 +234,26 @@ static int with_session(struct files *f, const char *session, decide_fn fn,
     return LEASE_EUNAVAILABLE;
 }
 
-static bool live(const struct record *r, int64_t now)
-{
-    return r->owner[0] != '\0' && now < r->expiry_ns;
-}
-
-/* The extended expiry: now + TTL, and always later than before. */
-static int64_t extend(const struct files *f, const struct record *r,
-                      int64_t now)
-{
-    int64_t e = now + f->ttl_ns;
-    return e > r->expiry_ns ? e : r->expiry_ns + 1;
-}
-
-struct acquire_args {
-    const char *owner;
-    struct lease *out;
-};
-
-static int decide_acquire(const struct files *f, struct record *r,
-                          const void *arg, int64_t now, bool *write,
-                          char *errmsg, size_t len)
-{
-    const struct acquire_args *a = arg;
-    bool mine = strcmp(r->owner, a->owner) == 0;
-    if (live(r, now) && !mine) {
-        snprintf(errmsg, len, "held by another owner");
-        return LEASE_EHELD;
-    }
-    if (!live(r, now) || !mine) { /* a takeover: a greater token */
-        r->token++;
-        snprintf(r->owner, sizeof(r->owner), "%s", a->owner);
-    }
-    r->expiry_ns = extend(f, r, now);
-    *write = true;
-    snprintf(a->out->session_id, sizeof(a->out->session_id), "%s",
-             r->session);
-    snprintf(a->out->owner, sizeof(a->out->owner), "%s", r->owner);
-    a->out->token = r->token;
-    a->out->expiry_ns = r->expiry_ns;
-    return LEASE_OK;
-}
-
-struct renew_args {
-    const struct lease *cur;
-    struct lease *out;
-};
-
-static int decide_renew(const struct files *f, struct record *r,
-                        const void *arg, int64_t now, bool *write,
-                        char *errmsg, size_t len)
-{
-    const struct renew_args *a = arg;
-    /* Same owner and token: extend, even just after expiry (nobody took
-     * it over: that would have raised the token). */
-    if (r->owner[0] == '\0' || strcmp(r->owner, a->cur->owner) != 0 ||
-        r->token != a->cur->token) {
-        snprintf(errmsg, len, "lease lost: owner or token no longer match");
-        return LEASE_EHELD;
-    }
-    r->expiry_ns = extend(f, r, now);
-    *write = true;
-    *a->out = *a->cur;
-    a->out->expiry_ns = r->expiry_ns;
-    return LEASE_OK;
-}
-
-static int decide_release(const struct files *f, struct record *r,
-                          const void *arg, int64_t now, bool *write,
-                          char *errmsg, size_t len)
-{
-    const struct lease *cur = arg;
-    (void)f, (void)now, (void)errmsg, (void)len;
-    if (r->owner[0] != '\0' && strcmp(r->owner, cur->owner) == 0 &&
-        r->token == cur->token) {
-        r->owner[0] = '\0'; /* a tombstone: the token stays */
-        *write = true;
-    }
-    return LEASE_OK;
-}
-
 static int file_acquire(void *impl, const char *session_id, const char *owner,
                         struct lease *out, char *errmsg, size_t len)
 {
-    struct acquire_args a = {owner, out};
-    return with_session(impl, session_id, decide_acquire, &a, errmsg, len);
+    struct call c = {RULES_ACQUIRE, owner, 0, out};
+    return with_session(impl, session_id, &c, errmsg, len);
 }
 
 static int file_renew(void *impl, const struct lease *cur, struct lease *out,
                       char *errmsg, size_t len)
 {
     struct lease copy = *cur; /* out may be cur */
-    struct renew_args a = {&copy, out};
-    return with_session(impl, copy.session_id, decide_renew, &a, errmsg,
-                        len);
+    struct call c = {RULES_RENEW, copy.owner, copy.token, out};
+    return with_session(impl, copy.session_id, &c, errmsg, len);
 }
 
 static int file_release(void *impl, const struct lease *cur, char *errmsg,
                         size_t len)
 {
-    return with_session(impl, cur->session_id, decide_release, cur, errmsg,
-                        len);
+    struct call c = {RULES_RELEASE, cur->owner, cur->token, NULL};
+    return with_session(impl, cur->session_id, &c, errmsg, len);
 }
 
 static const struct lease_backend file_backend = {

@@ -3,6 +3,7 @@
  * lease engine behind a mutex, with a clock the caller supplies. Every
  * change commits at once; nothing is persisted, so no quarantine applies.
  */
+#include <assert.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,14 @@
 #include "client.h"
 #include "engine.h"
 #include "lease.h"
+#include "rules.h"
+
+/* liblease checks lengths against lease.h's limits (which its public
+ * struct lease is sized by); the engine holds them to its own. */
+static_assert(LEASE_SESSION_MAX == ENGINE_SESSION_MAX,
+              "liblease and the engine disagree on the session id limit");
+static_assert(LEASE_OWNER_MAX == ENGINE_OWNER_MAX,
+              "liblease and the engine disagree on the owner limit");
 
 struct memory {
     pthread_mutex_t lock;
@@ -27,8 +36,9 @@ static int64_t realtime_ns(void *arg)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* Commits an engine result; held: the rules' code for ENGINE_HELD. */
 static int result(int rc, struct engine *e, struct engine_change *chg,
-                  char *errmsg, size_t len, const char *held)
+                  char *errmsg, size_t len, int held)
 {
     switch (rc) {
     case ENGINE_OK:
@@ -36,9 +46,11 @@ static int result(int rc, struct engine *e, struct engine_change *chg,
         return LEASE_OK;
     case ENGINE_NOOP:
         return LEASE_OK;
-    case ENGINE_HELD:
-        snprintf(errmsg, len, "%s", held);
+    case ENGINE_HELD: {
+        const char *why = rules_reason(held);
+        snprintf(errmsg, len, "%s", why != NULL ? why : "");
         return LEASE_EHELD;
+    }
     default:
         return LEASE_ENOMEM;
     }
@@ -66,8 +78,7 @@ static int mem_acquire(void *impl, const char *session_id, const char *owner,
     collect_some(m, now_ns);
     int rc = engine_acquire(m->engine, now_ns, session_id, slen, owner, olen,
                             &g, &chg);
-    int err = result(rc, m->engine, &chg, errmsg, len,
-                     "held by another owner");
+    int err = result(rc, m->engine, &chg, errmsg, len, RULES_HELD);
     pthread_mutex_unlock(&m->lock);
     if (err == LEASE_OK)
         client_fill(out, session_id, slen, owner, olen, g.token, g.expiry_ns);
@@ -84,8 +95,7 @@ static int mem_renew(void *impl, const struct lease *cur, struct lease *out,
     pthread_mutex_lock(&m->lock);
     int rc = engine_renew(m->engine, m->now_ns(m->arg), cur->session_id,
                           slen, cur->owner, olen, cur->token, &g, &chg);
-    int err = result(rc, m->engine, &chg, errmsg, len,
-                     "lease lost: owner or token no longer match");
+    int err = result(rc, m->engine, &chg, errmsg, len, RULES_LOST);
     pthread_mutex_unlock(&m->lock);
     if (err == LEASE_OK)
         client_fill(out, cur->session_id, slen, cur->owner, olen, g.token,
@@ -102,7 +112,7 @@ static int mem_release(void *impl, const struct lease *cur, char *errmsg,
     int rc = engine_release(m->engine, cur->session_id,
                             strlen(cur->session_id), cur->owner,
                             strlen(cur->owner), cur->token, &chg);
-    int err = result(rc, m->engine, &chg, errmsg, len, "");
+    int err = result(rc, m->engine, &chg, errmsg, len, RULES_NOOP);
     pthread_mutex_unlock(&m->lock);
     return err;
 }

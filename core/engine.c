@@ -1,5 +1,7 @@
 /*
- * The lease engine (see engine.h for the contract and invariants).
+ * The lease engine (see engine.h for the contract and invariants). What
+ * Acquire, Renew and Release decide is rules.c's; the engine finds the
+ * entry, asks rules_decide(), and applies the answer as a change.
  *
  * Entries live in a chained hash table keyed by session id (SipHash with
  * the caller's key, random in production). An entry is in one of three states:
@@ -23,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rules.h"
 #include "siphash.h"
 
 struct engine_entry {
@@ -195,28 +198,28 @@ static void row_of(const struct engine_entry *en, struct lease_row *row)
     row->expiry_ns = en->expiry_ns;
 }
 
+/* The rules' view of en at now_ns; with no entry, a released row at the
+ * floor (so that the first takeover gets floor + 1). */
+static struct rules_row rules_row_of(const struct engine *e,
+                                     const struct engine_entry *en,
+                                     int64_t now_ns)
+{
+    if (en == NULL)
+        return (struct rules_row){.token = e->floor};
+    return (struct rules_row){
+        .owner = en->owner,
+        .owner_len = en->owner_len,
+        .token = en->token,
+        .expiry_ns = en->expiry_ns,
+        .quarantined = en->held_at_start && now_ns < e->quarantine_end_ns,
+    };
+}
+
 static bool is_live(const struct engine *e, const struct engine_entry *en,
                     int64_t now_ns)
 {
-    if (en->owner_len == 0)
-        return false;
-    return now_ns < en->expiry_ns ||
-           (en->held_at_start && now_ns < e->quarantine_end_ns);
-}
-
-static bool owner_is(const struct engine_entry *en, const char *owner,
-                     size_t len)
-{
-    return en->owner_len == len && en->owner_len > 0 &&
-           memcmp(en->owner, owner, len) == 0;
-}
-
-/* The expiry of a renewal: now + TTL, and strictly later than before. */
-static int64_t extend(const struct engine *e, const struct engine_entry *en,
-                      int64_t now_ns)
-{
-    int64_t expiry = now_ns + e->ttl_ns;
-    return expiry > en->expiry_ns ? expiry : en->expiry_ns + 1;
+    struct rules_row row = rules_row_of(e, en, now_ns);
+    return rules_live(&row, now_ns);
 }
 
 /* Starts a change of `en`: records the row as it is now. */
@@ -297,6 +300,44 @@ size_t engine_count(const struct engine *e)
     return e->count;
 }
 
+/* Makes the change rules_decide() decided (*out, RULES_OK) to en (NULL:
+ * no entry yet, so a takeover creates one for session). */
+static int apply(struct engine *e, struct engine_entry *en,
+                 const char *session, size_t session_len, uint64_t hash,
+                 const struct rules_outcome *out, struct engine_change *chg)
+{
+    /* Everything that can fail first: on ENGINE_ENOMEM nothing changed. */
+    char *copy = NULL;
+    if (out->takeover) {
+        copy = dup_bytes(out->after.owner, out->after.owner_len);
+        if (copy == NULL)
+            return ENGINE_ENOMEM;
+    }
+    bool created = en == NULL;
+    if (created) {
+        assert(out->takeover);
+        en = entry_new(session, session_len, hash);
+        if (en == NULL) {
+            free(copy);
+            return ENGINE_ENOMEM;
+        }
+    }
+    change_begin(chg, en, !created);
+    if (out->durable) { /* a new owner, or none */
+        chg->durable = true;
+        chg->old_owner = en->owner; /* taken: the change owns it now */
+        en->owner = copy;
+        en->owner_len = (uint32_t)out->after.owner_len;
+        en->held_at_start = false;
+    }
+    en->token = out->after.token;
+    en->expiry_ns = out->after.expiry_ns;
+    if (created)
+        insert(e, en);
+    row_of(en, &chg->after);
+    return ENGINE_OK;
+}
+
 int engine_acquire(struct engine *e, int64_t now_ns,
                    const char *session, size_t session_len,
                    const char *owner, size_t owner_len,
@@ -305,44 +346,16 @@ int engine_acquire(struct engine *e, int64_t now_ns,
     assert(session_len > 0 && owner_len > 0);
     uint64_t hash = hash_bytes(e, session, session_len);
     struct engine_entry *en = find(e, session, session_len, hash);
-
-    if (en != NULL && is_live(e, en, now_ns)) {
-        if (!owner_is(en, owner, owner_len))
-            return ENGINE_HELD;
-        /* Same owner, live lease: refresh and keep the token. */
-        change_begin(chg, en, true);
-        en->expiry_ns = extend(e, en, now_ns);
-        row_of(en, &chg->after);
-        *grant = (struct engine_grant){en->token, en->expiry_ns};
-        return ENGINE_OK;
-    }
-
-    /* A takeover: free, released, expired, or never seen. */
-    char *copy = dup_bytes(owner, owner_len);
-    if (copy == NULL)
-        return ENGINE_ENOMEM;
-    bool created = en == NULL;
-    if (created) {
-        en = entry_new(session, session_len, hash);
-        if (en == NULL) {
-            free(copy);
-            return ENGINE_ENOMEM;
-        }
-        en->token = e->floor;
-    }
-    change_begin(chg, en, !created);
-    chg->durable = true;
-    chg->old_owner = en->owner; /* taken: the change owns it now */
-    en->owner = copy;
-    en->owner_len = (uint32_t)owner_len;
-    en->token++;
-    en->expiry_ns = now_ns + e->ttl_ns;
-    en->held_at_start = false;
-    if (created)
-        insert(e, en);
-    row_of(en, &chg->after);
-    *grant = (struct engine_grant){en->token, en->expiry_ns};
-    return ENGINE_OK;
+    struct rules_row row = rules_row_of(e, en, now_ns);
+    struct rules_request req = {owner, owner_len, 0};
+    struct rules_outcome out;
+    if (rules_decide(RULES_ACQUIRE, &row, &req, now_ns, e->ttl_ns, &out) !=
+        RULES_OK)
+        return ENGINE_HELD;
+    int rc = apply(e, en, session, session_len, hash, &out, chg);
+    if (rc == ENGINE_OK)
+        *grant = (struct engine_grant){out.after.token, out.after.expiry_ns};
+    return rc;
 }
 
 int engine_renew(struct engine *e, int64_t now_ns,
@@ -350,17 +363,18 @@ int engine_renew(struct engine *e, int64_t now_ns,
                  const char *owner, size_t owner_len, uint64_t token,
                  struct engine_grant *grant, struct engine_change *chg)
 {
-    struct engine_entry *en =
-        find(e, session, session_len, hash_bytes(e, session, session_len));
-    if (en == NULL || !owner_is(en, owner, owner_len) || en->token != token)
+    uint64_t hash = hash_bytes(e, session, session_len);
+    struct engine_entry *en = find(e, session, session_len, hash);
+    struct rules_row row = rules_row_of(e, en, now_ns);
+    struct rules_request req = {owner, owner_len, token};
+    struct rules_outcome out;
+    if (rules_decide(RULES_RENEW, &row, &req, now_ns, e->ttl_ns, &out) !=
+        RULES_OK)
         return ENGINE_HELD;
-    /* Same owner and token: nobody took it over since, even if it expired
-     * (every takeover raises the token), so renewing is safe. */
-    change_begin(chg, en, true);
-    en->expiry_ns = extend(e, en, now_ns);
-    row_of(en, &chg->after);
-    *grant = (struct engine_grant){en->token, en->expiry_ns};
-    return ENGINE_OK;
+    int rc = apply(e, en, session, session_len, hash, &out, chg);
+    if (rc == ENGINE_OK)
+        *grant = (struct engine_grant){out.after.token, out.after.expiry_ns};
+    return rc;
 }
 
 int engine_release(struct engine *e,
@@ -368,18 +382,16 @@ int engine_release(struct engine *e,
                    const char *owner, size_t owner_len, uint64_t token,
                    struct engine_change *chg)
 {
-    struct engine_entry *en =
-        find(e, session, session_len, hash_bytes(e, session, session_len));
-    if (en == NULL || !owner_is(en, owner, owner_len) || en->token != token)
+    uint64_t hash = hash_bytes(e, session, session_len);
+    struct engine_entry *en = find(e, session, session_len, hash);
+    /* Release looks at no clock: neither expiry nor quarantine matter. */
+    struct rules_row row = rules_row_of(e, en, 0);
+    struct rules_request req = {owner, owner_len, token};
+    struct rules_outcome out;
+    if (rules_decide(RULES_RELEASE, &row, &req, 0, e->ttl_ns, &out) !=
+        RULES_OK)
         return ENGINE_NOOP;
-    change_begin(chg, en, true);
-    chg->durable = true;
-    chg->old_owner = en->owner;
-    en->owner = NULL;
-    en->owner_len = 0;
-    en->held_at_start = false;
-    row_of(en, &chg->after);
-    return ENGINE_OK;
+    return apply(e, en, session, session_len, hash, &out, chg);
 }
 
 static bool collectable(const struct engine *e, const struct engine_entry *en,

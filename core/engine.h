@@ -2,11 +2,11 @@
  * The lease engine: leased's lease semantics as a pure state machine.
  *
  * It keeps every known lease in memory, decides Acquire, Renew and Release
- * at the time the caller passes in, and returns each change it makes as
- * data (struct engine_change) for a storage engine to persist. It does no
- * I/O, reads no clock, takes no lock and logs nothing: one thread owns an
- * engine (the daemon's libuv loop, or a liblease in-memory backend under
- * its mutex).
+ * at the time the caller passes in (by the rules of rules.h, which every
+ * backend shares), and returns each change it makes as data (struct
+ * engine_change) for a storage engine to persist. It does no I/O, reads
+ * no clock, takes no lock and logs nothing: one thread owns an engine (the
+ * daemon's libuv loop, or a liblease in-memory backend under its mutex).
  *
  * Invariants (numbers match docs/protocol.md, "Guarantees"):
  *  (1) a live lease has at most one owner: Acquire by another owner fails

@@ -1,7 +1,8 @@
 /*
  * The file-lock backend beyond the conformance suite: processes racing
  * for one session, kill -9 of a holder, crash leftovers, hash collisions,
- * damaged records.
+ * damaged records, and the same decisions as the in-memory backend (both
+ * decide by core/rules.h).
  */
 #include <fcntl.h>
 #include <inttypes.h>
@@ -188,7 +189,102 @@ TEST(a_damaged_record_is_unavailable_not_free)
     teardown();
 }
 
+static int64_t clock_of(void *arg)
+{
+    return *(const int64_t *)arg;
+}
+
+/* One call's answer, as a caller sees it. */
+struct answer {
+    int err;
+    uint64_t token;
+    int64_t expiry_ns;
+    char why[128];
+};
+
+static void note(struct answer *a, int err, const struct lease *l)
+{
+    a->err = err;
+    a->token = err == LEASE_OK && l != NULL ? l->token : 0;
+    a->expiry_ns = err == LEASE_OK && l != NULL ? l->expiry_ns : 0;
+    snprintf(a->why, sizeof(a->why), "%s", err != LEASE_OK ? lease_errmsg()
+                                                           : "");
+}
+
+/* A script of every kind of decision against c, whose clock is *now;
+ * fills a[] and returns how many answers. */
+static size_t script(struct lease_client *c, int64_t *now, int64_t ttl,
+                     struct answer *a)
+{
+    size_t n = 0;
+    struct lease la, la2, lb, x;
+    note(&a[n++], lease_acquire(c, "s", "A", &la), &la);   /* takeover */
+    note(&a[n++], lease_acquire(c, "s", "A", &la2), &la2); /* refresh */
+    note(&a[n++], lease_acquire(c, "s", "B", &x), &x);     /* held */
+    *now += ttl / 3;
+    note(&a[n++], lease_renew(c, &la, &la), &la);          /* renew */
+    x = la;
+    x.token++;
+    note(&a[n++], lease_renew(c, &x, &x), &x);             /* lost */
+    snprintf(x.owner, sizeof(x.owner), "B");
+    x.token = la.token;
+    note(&a[n++], lease_release(c, &x), NULL);              /* not B's */
+    note(&a[n++], lease_release(c, &la), NULL);             /* freed */
+    note(&a[n++], lease_renew(c, &la, &x), &x);            /* released */
+    note(&a[n++], lease_acquire(c, "s", "B", &lb), &lb);   /* takeover */
+    *now += ttl;
+    note(&a[n++], lease_renew(c, &lb, &lb), &lb);          /* reclaim */
+    note(&a[n++], lease_acquire(c, "s", "C", &x), &x);     /* held */
+    *now += ttl;
+    note(&a[n++], lease_acquire(c, "s", "C", &x), &x);     /* expired */
+    note(&a[n++], lease_renew(c, &lb, &x), &x);            /* lost */
+    note(&a[n++], lease_release(c, &lb), NULL);             /* no-op */
+    note(&a[n++], lease_renew(c, &la, &x), &x);            /* ghost */
+    return n;
+}
+
+TEST(decides_as_the_memory_backend_does)
+{
+    setup();
+    const int64_t ttl = 30000 * MS, t0 = INT64_C(1700000000) * 1000 * MS;
+    int64_t fnow = t0, mnow = t0;
+    struct lease_client *f, *m;
+    CHECK_EQ_I64(lease_file_open(dir, ttl, clock_of, &fnow, &f), LEASE_OK);
+    CHECK_EQ_I64(lease_memory_open(ttl, clock_of, &mnow, &m), LEASE_OK);
+    struct answer fa[32], ma[32];
+    size_t fn = script(f, &fnow, ttl, fa), mn = script(m, &mnow, ttl, ma);
+    CHECK_EQ_I64(fn, mn);
+    for (size_t i = 0; i < fn && i < mn; i++) {
+        CHECK_EQ_I64(fa[i].err, ma[i].err);
+        CHECK_EQ_U64(fa[i].token, ma[i].token);
+        CHECK_EQ_I64(fa[i].expiry_ns, ma[i].expiry_ns);
+        CHECK_STR(fa[i].why, ma[i].why);
+    }
+    /* And what they both said. */
+    CHECK_EQ_U64(fa[0].token, 1);
+    CHECK_EQ_I64(fa[0].expiry_ns, t0 + ttl);
+    CHECK_EQ_I64(fa[1].expiry_ns, t0 + ttl + 1); /* strictly later */
+    CHECK_STR(fa[2].why, "held by another owner");
+    CHECK_STR(fa[4].why, "lease lost: owner or token no longer match");
+    CHECK_EQ_I64(fa[5].err, LEASE_OK);
+    CHECK_EQ_I64(fa[7].err, LEASE_EHELD);
+    /* A takeover after a release: token 2, expiry now + TTL. */
+    CHECK_EQ_U64(fa[8].token, 2);
+    CHECK_EQ_I64(fa[8].expiry_ns, t0 + ttl / 3 + ttl);
+    CHECK_EQ_I64(fa[9].err, LEASE_OK); /* reclaimed: same token */
+    CHECK_EQ_U64(fa[9].token, 2);
+    CHECK_EQ_I64(fa[10].err, LEASE_EHELD);
+    CHECK_EQ_U64(fa[11].token, 3);
+    CHECK_EQ_I64(fa[12].err, LEASE_EHELD);
+    CHECK_EQ_I64(fa[13].err, LEASE_OK);
+    CHECK_EQ_I64(fa[14].err, LEASE_EHELD);
+    lease_client_destroy(f);
+    lease_client_destroy(m);
+    teardown();
+}
+
 CHECK_MAIN(processes_racing_for_one_session, kill9_of_a_holder,
            tokens_survive_a_crash_and_its_leftovers,
            a_hash_collision_gets_its_own_slot,
-           a_damaged_record_is_unavailable_not_free)
+           a_damaged_record_is_unavailable_not_free,
+           decides_as_the_memory_backend_does)
