@@ -4,79 +4,179 @@
  *
  * Like flock(1), across hosts: acquire the lease (waiting up to D with
  * --wait), run CMD with LEASE_SESSION, LEASE_OWNER and LEASE_TOKEN in its
- * environment, renew at a third of the TTL, and release when CMD exits;
- * exit with CMD's status (128 + the signal when a signal ended it).
+ * environment, keep the lease with liblease's keeper (lease.h) while CMD
+ * runs, and release it when CMD exits; exit with CMD's status (128 + the
+ * signal when a signal ended it).
  *
- * When the lease is lost (a renewal says it is held by someone else, or
- * the service stays unavailable past the local deadline: the time of the
- * last successful renewal's request plus the TTL, less a tenth), CMD gets
- * SIGTERM, then SIGKILL after --grace (5 s). SIGTERM, SIGINT and SIGHUP
- * to leasectl are passed on to CMD.
+ * The keeper's policy is hold's: renew at a third of the TTL less a random
+ * tenth of it (so that many holds do not renew in step), retry a failed
+ * renewal every tenth of the TTL (at most every second), and trust the
+ * lease until the local deadline: the send time of the last successful
+ * renewal (or the acquire) plus the TTL, less a tenth. When the keeper
+ * says the lease is lost (a renewal says it is held by someone else, or
+ * none succeeded before the deadline), CMD gets SIGTERM, then SIGKILL
+ * after --grace (5 s), and the lease, no longer ours, is not released.
+ * SIGTERM, SIGINT and SIGHUP to leasectl are passed on to CMD.
  *
  * The TTL is what the first grant left of the lease when it came back
  * (expiry minus the local clock), or --ttl when the clocks of this host
- * and the daemon's may differ.
+ * and the daemon's may differ. So hold acquires once itself (with --wait,
+ * and to learn the TTL, or say the clocks are apart), then starts the
+ * keeper with that TTL: its acquire is the same owner's again, which keeps
+ * the token, and starts its deadline.
  *
  * The owner is --owner, else $LEASE_OWNER, else USER@HOST/PID-NONCE:
  * unlike acquire's USER@HOST, unique to the run, so that two holds of one
  * user exclude each other as two flock(1)s do. CMD's LEASE_OWNER makes a
  * `leasectl renew SESSION` within it act as the holder.
+ *
+ * Threads: the keeper renews on its own; this one waits for CMD. Each
+ * event (CMD exited, a signal to pass on, the lease lost) sets a flag and
+ * writes a byte to a pipe this thread polls: the signal handlers, on
+ * whatever thread the kernel picks, and the keeper's callbacks, on its
+ * thread. Only this thread signals CMD. One hold per process: the
+ * handlers need their state at file scope.
  */
 #include <errno.h>
-#include <getopt.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <spawn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "duration.h"
 #include "leasectl.h"
 
-#define TICK_NS INT64_C(50000000)   /* how often the loop looks around */
-#define RETRY_NS INT64_C(500000000) /* after a failed renewal */
+#define NFORWARDED 3
+static const int forwarded[NFORWARDED] = {SIGTERM, SIGINT, SIGHUP};
 
-static const char help[] =
-    "Usage: leasectl hold SESSION [--owner O] [--wait D] [--grace D] "
-    "[--ttl D] -- CMD [ARGS…]\n"
-    "Runs CMD while holding the lease of SESSION: renews it, stops CMD\n"
-    "(SIGTERM, SIGKILL after --grace, 5s) if the lease is lost, releases it\n"
-    "when CMD exits, and exits with CMD's status. CMD sees LEASE_SESSION,\n"
-    "LEASE_OWNER and LEASE_TOKEN. The owner is O, else $LEASE_OWNER, else\n"
-    "USER@HOST/PID-NONCE (unique to the run). Exit 3 when the lease is held\n"
-    "by another owner (after --wait, if given).\n";
+static atomic_int wake_fd = -1;         /* the pipe's write end */
+static atomic_bool pending[NFORWARDED]; /* to pass on to CMD */
+static atomic_bool lost;                /* the keeper said so */
 
-static volatile sig_atomic_t pending_signal;
+/* Wakes hold's loop; async-signal-safe. */
+static void wake(void)
+{
+    int saved = errno;
+    char byte = 0;
+    /* Full (EAGAIN): a wake-up is pending anyway. */
+    ssize_t n = write(atomic_load(&wake_fd), &byte, 1);
+    (void)n;
+    errno = saved;
+}
 
 static void on_signal(int sig)
 {
-    pending_signal = sig;
+    for (int i = 0; i < NFORWARDED; i++)
+        if (forwarded[i] == sig)
+            atomic_store(&pending[i], true);
+    wake(); /* SIGCHLD too */
 }
 
-static void nap(int64_t ns)
+/* The keeper's callbacks, on its thread. */
+static void on_lost(void *arg, const struct lease *l, int err)
 {
-    struct timespec ts = {ns / 1000000000, ns % 1000000000};
-    nanosleep(&ts, NULL);
+    (void)arg;
+    if (err == LEASE_EHELD)
+        fprintf(stderr, "leasectl: hold: the lease of %s was lost "
+                        "(FAILED_PRECONDITION)\n",
+                l->session_id);
+    else
+        fprintf(stderr, "leasectl: hold: no renewal of %s before its "
+                        "deadline: treating it as lost (DEADLINE_EXCEEDED)\n",
+                l->session_id);
+    atomic_store(&lost, true);
+    wake();
 }
 
-static pid_t start(const struct lease *l, char **cmd)
+static void on_trouble(void *arg, const struct lease *l, int err,
+                       const char *why)
 {
-    pid_t pid = fork();
-    if (pid != 0)
-        return pid;
+    (void)arg, (void)l, (void)err;
+    fprintf(stderr, "leasectl: hold: renew: %s\n", why);
+}
+
+static void catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < NFORWARDED; i++)
+        sigaction(forwarded[i], &sa, NULL);
+    sigaction(SIGCHLD, &sa, NULL);
+}
+
+/* "NAME=value" in memory of its own; NULL when out of memory. */
+static char *env_entry(const char *name, const char *value)
+{
+    size_t len = strlen(name) + 1 + strlen(value) + 1;
+    char *e = malloc(len);
+    if (e != NULL)
+        snprintf(e, len, "%s=%s", name, value);
+    return e;
+}
+
+static bool is_lease_var(const char *e)
+{
+    static const char *const names[] = {"LEASE_SESSION=", "LEASE_OWNER=",
+                                        "LEASE_TOKEN="};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strncmp(e, names[i], strlen(names[i])) == 0)
+            return true;
+    return false;
+}
+
+/* Starts cmd (borrowed) with l's LEASE_SESSION, LEASE_OWNER and
+ * LEASE_TOKEN over our environment, and SIGTERM, SIGINT and SIGHUP at
+ * their defaults. posix_spawnp, not fork: other threads (the keeper's,
+ * gRPC's) run meanwhile. Returns 0 with *pid, or an errno. */
+static int start(const struct lease *l, char **cmd, pid_t *pid)
+{
     char token[32];
     snprintf(token, sizeof(token), "%llu", (unsigned long long)l->token);
-    setenv("LEASE_SESSION", l->session_id, 1);
-    setenv("LEASE_OWNER", l->owner, 1);
-    setenv("LEASE_TOKEN", token, 1);
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGHUP, SIG_DFL);
-    execvp(cmd[0], cmd);
-    fprintf(stderr, "leasectl: hold: %s: %s\n", cmd[0], strerror(errno));
-    _exit(127);
+    char *own[3] = {env_entry("LEASE_SESSION", l->session_id),
+                    env_entry("LEASE_OWNER", l->owner),
+                    env_entry("LEASE_TOKEN", token)};
+    size_t n = 0;
+    while (environ[n] != NULL)
+        n++;
+    char **env = calloc(n + 3 + 1, sizeof(*env));
+    int err = ENOMEM;
+    if (env == NULL || own[0] == NULL || own[1] == NULL || own[2] == NULL)
+        goto out;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!is_lease_var(environ[i]))
+            env[k++] = environ[i];
+    for (size_t i = 0; i < 3; i++)
+        env[k++] = own[i];
+    env[k] = NULL;
+
+    posix_spawnattr_t attr;
+    err = posix_spawnattr_init(&attr);
+    if (err != 0)
+        goto out;
+    sigset_t defaults;
+    sigemptyset(&defaults);
+    for (int i = 0; i < NFORWARDED; i++)
+        sigaddset(&defaults, forwarded[i]);
+    err = posix_spawnattr_setsigdefault(&attr, &defaults);
+    if (err == 0)
+        err = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+    if (err == 0)
+        err = posix_spawnp(pid, cmd[0], NULL, &attr, cmd, env);
+    posix_spawnattr_destroy(&attr);
+out:
+    for (size_t i = 0; i < 3; i++)
+        free(own[i]);
+    free(env);
+    return err;
 }
 
 static int exit_code(int status)
@@ -86,164 +186,117 @@ static int exit_code(int status)
     return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : EXIT_FAILED;
 }
 
-int ctl_hold(struct ctl *c, int argc, char **argv)
+/* Waits for child to exit, passing signals on, and stopping it (SIGTERM,
+ * SIGKILL after grace_ns) once the lease is lost. Returns its exit code. */
+static int supervise(pid_t child, int wake_rd, int64_t grace_ns)
 {
-    static const struct option options[] = {
-        {"owner", required_argument, NULL, 'o'},
-        {"wait", required_argument, NULL, 'w'},
-        {"grace", required_argument, NULL, 'g'},
-        {"ttl", required_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
-    const char *owner_flag = NULL;
-    int64_t wait_ns = 0, grace_ns = INT64_C(5000000000), ttl_ns = 0;
-    /* hold's own words end at "--"; CMD follows. */
-    int dd = 1;
-    while (dd < argc && strcmp(argv[dd], "--") != 0)
-        dd++;
-    if (argc == 2 && strcmp(argv[1], "--help") == 0) {
-        fputs(help, stdout);
-        return EXIT_OK;
-    }
-    if (dd >= argc - 1) /* no "--", or no CMD after it */
-        return ctl_usage("hold", help, "missing -- CMD");
-    char **cmd = argv + dd + 1;
-    optind = 0; /* 0: getopt starts afresh (and drops main's "+") */
-    int opt, which = 0;
-    while ((opt = getopt_long(dd, argv, ":", options, &which)) != -1) {
-        int bad = 0;
-        switch (opt) {
-        case 'o':
-            owner_flag = optarg;
-            break;
-        case 'w':
-            bad = duration_parse(optarg, &wait_ns);
-            break;
-        case 'g':
-            bad = duration_parse(optarg, &grace_ns);
-            break;
-        case 't':
-            bad = duration_parse(optarg, &ttl_ns) || ttl_ns <= 0;
-            break;
-        case 'h':
-            fputs(help, stdout);
-            return EXIT_OK;
-        default:
-            return ctl_bad_option("hold", help, opt, argv);
+    bool stopping = false;
+    int64_t kill_at = -1; /* when SIGKILL is due; -1: not */
+    for (;;) {
+        int status;
+        pid_t done = waitpid(child, &status, WNOHANG);
+        if (done == child)
+            return exit_code(status);
+        if (done < 0 && errno != EINTR) {
+            fprintf(stderr, "leasectl: hold: waitpid: %s\n", strerror(errno));
+            return EXIT_FAILED;
         }
-        if (bad)
-            return ctl_usage("hold", help, "--%s: not a duration: %s",
-                             options[which].name, optarg);
+        for (int i = 0; i < NFORWARDED; i++)
+            if (atomic_exchange(&pending[i], false))
+                kill(child, forwarded[i]);
+        int64_t now = ctl_mono_ns();
+        if (!stopping && atomic_load(&lost)) {
+            stopping = true;
+            kill(child, SIGTERM);
+            kill_at = now + grace_ns;
+        }
+        if (kill_at >= 0 && now >= kill_at) {
+            kill(child, SIGKILL);
+            kill_at = -1;
+        }
+        int timeout_ms =
+            kill_at < 0 ? -1 : (int)((kill_at - now + 999999) / 1000000);
+        struct pollfd p = {.fd = wake_rd, .events = POLLIN};
+        if (poll(&p, 1, timeout_ms) > 0) {
+            char bytes[64];
+            while (read(wake_rd, bytes, sizeof(bytes)) > 0) {
+            }
+        }
     }
-    if (dd == optind)
-        return ctl_usage("hold", help, "missing SESSION");
-    if (dd - optind > 1)
-        return ctl_usage("hold", help, "unexpected argument %s",
-                         argv[optind + 1]);
-    const char *session = argv[optind];
+}
+
+/* No renewal may wait past the lease's deadline: calls get at most a
+ * third of the TTL from here on. */
+static void shorten_calls(struct ctl *c, int64_t ttl_ns)
+{
+    if (c->opts.timeout_ms * INT64_C(1000000) <= ttl_ns / 3)
+        return;
+    struct lease_grpc_options o = c->opts;
+    o.timeout_ms = ttl_ns / 3 / 1000000 > 0 ? ttl_ns / 3 / 1000000 : 1;
+    struct lease_client *shorter;
+    if (lease_grpc_open(c->args.url, &o, &shorter) == LEASE_OK) {
+        lease_client_destroy(c->client);
+        c->client = shorter;
+    }
+}
+
+int ctl_hold(struct ctl *c)
+{
+    const struct ctl_args *a = &c->args;
     char buf[LEASE_OWNER_MAX + 1];
-    const char *owner = ctl_owner(owner_flag, true, buf, sizeof(buf));
+    const char *owner = ctl_owner(a->owner, true, buf, sizeof(buf));
     int rc = ctl_reach(c);
     if (rc != EXIT_OK)
         return rc;
 
     struct lease l;
-    int64_t sent;
-    rc = ctl_acquire(c, session, owner, wait_ns, &l, &sent);
+    rc = ctl_acquire(c, a->arg, owner, a->wait_ns, &l);
     if (rc != LEASE_OK)
         return ctl_fail(rc, "hold: acquire");
-    if (ttl_ns == 0)
-        ttl_ns = l.expiry_ns - ctl_wall_ns();
+    int64_t ttl_ns = a->ttl_ns > 0 ? a->ttl_ns : l.expiry_ns - ctl_wall_ns();
     if (ttl_ns <= 0) {
         fprintf(stderr, "leasectl: hold: the lease came back expired (are "
                         "the clocks apart? give --ttl)\n");
         lease_release(c->client, &l);
         return EXIT_FAILED;
     }
-    /* No renewal may wait past the lease's deadline: calls get at most a
-     * third of the TTL from here on. */
-    if (c->opts.timeout_ms * INT64_C(1000000) > ttl_ns / 3) {
-        struct lease_grpc_options o = c->opts;
-        o.timeout_ms = ttl_ns / 3 / 1000000 > 0 ? ttl_ns / 3 / 1000000 : 1;
-        struct lease_client *shorter;
-        if (lease_grpc_open(c->url, &o, &shorter) == LEASE_OK) {
-            lease_client_destroy(c->client);
-            c->client = shorter;
-        }
-    }
-    int64_t margin = ttl_ns / 10;
-    int64_t deadline = sent + ttl_ns - margin; /* trust the lease until */
-    int64_t next_renew = sent + ttl_ns / 3;
+    shorten_calls(c, ttl_ns);
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    pid_t child = start(&l, cmd);
-    if (child < 0) {
-        fprintf(stderr, "leasectl: hold: fork: %s\n", strerror(errno));
+    /* The pipe and the handlers stay until leasectl exits, a moment after
+     * this returns: a late signal only writes to the pipe. */
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+        fprintf(stderr, "leasectl: hold: pipe: %s\n", strerror(errno));
         lease_release(c->client, &l);
         return EXIT_FAILED;
     }
+    atomic_store(&wake_fd, fds[1]);
+    struct lease_keeper_options ko = {.ttl_ns = ttl_ns};
+    struct lease_keeper_callbacks cb = {.lost = on_lost,
+                                        .trouble = on_trouble};
+    struct lease_keeper *k;
+    rc = lease_keeper_start(c->client, a->arg, owner, &ko, &cb, &k, &l);
+    if (rc != LEASE_OK) {
+        int code = ctl_fail(rc, "hold: acquire");
+        lease_release(c->client, &l);
+        return code;
+    }
+    catch_signals();
 
-    bool lost = false;
-    int64_t kill_at = 0;
-    int status = 0;
-    for (;;) {
-        pid_t done = waitpid(child, &status, WNOHANG);
-        if (done == child)
-            break;
-        if (pending_signal != 0) {
-            kill(child, pending_signal);
-            pending_signal = 0;
-        }
-        int64_t now = ctl_mono_ns();
-        if (!lost && now >= next_renew) {
-            struct lease out;
-            int64_t asked = now;
-            int r = lease_renew(c->client, &l, &out);
-            if (r == LEASE_OK) {
-                l = out;
-                deadline = asked + ttl_ns - margin;
-                /* A third of the TTL, less up to a tenth of it at random,
-                 * so that many holders do not renew in step. */
-                next_renew = asked + ttl_ns / 3 -
-                             (int64_t)((double)rand() / RAND_MAX *
-                                       (double)(ttl_ns / 10));
-            } else if (r == LEASE_EHELD) {
-                fprintf(stderr, "leasectl: hold: the lease of %s was lost "
-                                "(FAILED_PRECONDITION)\n",
-                        session);
-                lost = true;
-            } else {
-                fprintf(stderr, "leasectl: hold: renew: %s\n",
-                        lease_errmsg());
-                next_renew = now + RETRY_NS;
-            }
-            if (!lost && ctl_mono_ns() >= deadline) {
-                fprintf(stderr, "leasectl: hold: no renewal of %s before its "
-                                "deadline: treating it as lost "
-                                "(DEADLINE_EXCEEDED)\n",
-                        session);
-                lost = true;
-            }
-            if (lost) {
-                kill(child, SIGTERM);
-                kill_at = ctl_mono_ns() + grace_ns;
-            }
-        }
-        if (lost && kill_at != 0 && ctl_mono_ns() >= kill_at) {
-            kill(child, SIGKILL);
-            kill_at = 0;
-        }
-        nap(TICK_NS);
+    pid_t child;
+    int code;
+    int err = start(&l, a->run, &child);
+    if (err == EAGAIN || err == ENOMEM) {
+        fprintf(stderr, "leasectl: hold: fork: %s\n", strerror(err));
+        code = EXIT_FAILED;
+    } else if (err != 0) {
+        fprintf(stderr, "leasectl: hold: %s: %s\n", a->run[0], strerror(err));
+        code = 127; /* as a shell says it */
+    } else {
+        code = supervise(child, fds[0], a->grace_ns);
     }
-    if (!lost) {
-        rc = lease_release(c->client, &l);
-        if (rc != LEASE_OK)
-            ctl_fail(rc, "hold: release");
-    }
-    return exit_code(status);
+    rc = lease_keeper_stop(k); /* releases, unless lost */
+    if (rc != LEASE_OK)
+        ctl_fail(rc, "hold: release");
+    return code;
 }

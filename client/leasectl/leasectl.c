@@ -2,7 +2,7 @@
  * leasectl: leased from the shell. The lease calls go through liblease
  * (the same client a C server uses), the admin and health calls through
  * its connection (conn.h). Commands, options and exit codes are in
- * docs/leasectl.1.
+ * docs/leasectl.1; the command line is options.c's.
  *
  * Every failure is one line on stderr, "leasectl: COMMAND: what happened
  * (STATUS_NAME)" with the gRPC status name; bad usage is "leasectl:
@@ -15,61 +15,23 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <pwd.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "duration.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "json.h"
 #include "leased/admin/v1/admin.pb-c.h"
 #include "status.h"
 
-#define DEFAULT_URL "127.0.0.1:7443"
 #define WAIT_POLL_NS INT64_C(250000000)
 #define REACH_MS 1000 /* the most ctl_reach takes */
 #define NAME_PART_MAX 64 /* bytes of the login and host names in an owner */
 #define GET_PATH "/leased.admin.v1.Admin/Get"
-
-static const char usage[] =
-    "Usage: leasectl [OPTIONS] COMMAND [ARGS]\n"
-    "\n"
-    "Commands:\n"
-    "  acquire SESSION [--owner O] [--wait D]    take a lease\n"
-    "  renew [SESSION [--owner O] [--token N]]   extend a lease (or the JSON\n"
-    "                                            lease on stdin)\n"
-    "  release [SESSION [--owner O] [--token N]] free a lease (or stdin)\n"
-    "  get SESSION                               show a lease\n"
-    "  list [PREFIX] [--limit N]                 list leases by session id\n"
-    "  stats                                     the daemon's counters\n"
-    "  health                                    SERVING or not\n"
-    "  hold SESSION [--owner O] [--wait D] [--grace D] [--ttl D] -- CMD…\n"
-    "                                            run CMD while holding it\n"
-    "\n"
-    "The owner is --owner O, else $LEASE_OWNER, else USER@HOST (for hold,\n"
-    "USER@HOST/PID-NONCE: unique to the run). renew and release without\n"
-    "--token act on the lease the owner holds now.\n"
-    "\n"
-    "Options (before the command):\n"
-    "  --url HOST:PORT[,…]  the daemon(s), or unix:/PATH [$LEASED_URL;\n"
-    "                       default " DEFAULT_URL "]\n"
-    "  --tls-ca FILE        TLS, trusting these CA certificates\n"
-    "  --tls-cert FILE, --tls-key FILE   a client certificate (mutual TLS)\n"
-    "  --tls-server-name N  the name in the server's certificate\n"
-    "  --token-file FILE    a bearer token (the first line that is not a\n"
-    "                       comment) [$LEASED_TOKEN_FILE]\n"
-    "  --timeout D          per call [5s]\n"
-    "  --json               one JSON object per result, for scripts\n"
-    "  --help               this; `leasectl COMMAND --help` for a command\n"
-    "\n"
-    "Exit: 0 ok, 1 failure, 2 usage, 3 held or lost, 4 unavailable or no\n"
-    "answer, 5 invalid, 6 not found, 7 not a lease service.\n";
 
 int64_t ctl_mono_ns(void)
 {
@@ -153,35 +115,6 @@ int ctl_fail(int err, const char *what)
     return ctl_exit_of(err);
 }
 
-int ctl_usage(const char *cmd, const char *help, const char *fmt, ...)
-{
-    fprintf(stderr, "leasectl: ");
-    if (cmd != NULL)
-        fprintf(stderr, "%s: ", cmd);
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n\n%s", help);
-    return EXIT_USAGE;
-}
-
-int ctl_bad_option(const char *cmd, const char *help, int opt, char **argv)
-{
-    /* optind is past the option in error, unless it is a letter within
-     * a group (-xy); optopt is that letter, or the long option's value
-     * (none when unknown). */
-    const char *arg = argv[optind - 1];
-    int n = (int)strcspn(arg, "=");
-    if (opt == ':')
-        return ctl_usage(cmd, help, "option %s needs a value", arg);
-    if (strncmp(arg, "--", 2) == 0 && optopt == 0)
-        return ctl_usage(cmd, help, "unknown option %.*s", n, arg);
-    if (strncmp(arg, "--", 2) == 0 && arg[n] == '=')
-        return ctl_usage(cmd, help, "option %.*s takes no value", n, arg);
-    return ctl_usage(cmd, help, "unknown option -%c", optopt);
-}
-
 int ctl_reach(struct ctl *c)
 {
     char why[256];
@@ -190,7 +123,7 @@ int ctl_reach(struct ctl *c)
     if (conn_reachable(&c->conn, ms, why, sizeof(why)))
         return EXIT_OK;
     fprintf(stderr, "leasectl: %s: cannot connect to %s: %s (UNAVAILABLE)\n",
-            c->cmd, c->url, why);
+            c->cmd, c->args.url, why);
     return EXIT_UNAVAILABLE;
 }
 
@@ -261,7 +194,7 @@ static void print_lease_fields(const struct ctl *c, const char *session,
 {
     char when[48];
     format_time(expiry_ns, when, sizeof(when));
-    if (c->json) {
+    if (c->args.json) {
         printf("{\"session_id\":");
         json_put_string(stdout, session);
         printf(",\"owner\":");
@@ -286,12 +219,10 @@ void ctl_print_lease(const struct ctl *c, const struct lease *l)
 }
 
 int ctl_acquire(struct ctl *c, const char *session, const char *owner,
-                int64_t wait_ns, struct lease *out, int64_t *sent_ns)
+                int64_t wait_ns, struct lease *out)
 {
     int64_t until = ctl_mono_ns() + wait_ns;
     for (;;) {
-        if (sent_ns != NULL)
-            *sent_ns = ctl_mono_ns();
         int rc = lease_acquire(c->client, session, owner, out);
         int64_t left = until - ctl_mono_ns();
         if (rc != LEASE_EHELD || left <= 0)
@@ -302,94 +233,15 @@ int ctl_acquire(struct ctl *c, const char *session, const char *owner,
     }
 }
 
-/* A command's own options: --owner, --token, --wait, --limit, --help. */
-struct args {
-    const char *owner;
-    uint64_t token;
-    bool has_token;
-    int64_t wait_ns;
-    long limit;
-    int optind;
-};
-
-/* Parses a command's options into *a, and checks that it has at most max
- * arguments, and at least one (named need) unless need is NULL. Returns
- * EXIT_OK, or EXIT_USAGE having said why. */
-static int parse_args(const struct ctl *c, int argc, char **argv,
-                      const char *help, const char *need, int max,
-                      struct args *a)
+static int cmd_acquire(struct ctl *c)
 {
-    static const struct option options[] = {
-        {"owner", required_argument, NULL, 'o'},
-        {"token", required_argument, NULL, 't'},
-        {"wait", required_argument, NULL, 'w'},
-        {"limit", required_argument, NULL, 'l'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
-    memset(a, 0, sizeof(*a));
-    optind = 0; /* 0: getopt starts afresh (and drops main's "+") */
-    int opt;
-    /* Options may come before or after the positional arguments. */
-    while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
-        char *end;
-        switch (opt) {
-        case 'o':
-            a->owner = optarg;
-            break;
-        case 't':
-            errno = 0;
-            a->token = strtoull(optarg, &end, 10);
-            if (errno != 0 || *end != '\0' || optarg[0] == '-' ||
-                optarg[0] == '\0')
-                return ctl_usage(c->cmd, help, "--token: not a number: %s",
-                                 optarg);
-            a->has_token = true;
-            break;
-        case 'w':
-            if (duration_parse(optarg, &a->wait_ns) != 0)
-                return ctl_usage(c->cmd, help, "--wait: not a duration: %s",
-                                 optarg);
-            break;
-        case 'l':
-            a->limit = strtol(optarg, &end, 10);
-            if (*end != '\0' || a->limit < 1)
-                return ctl_usage(c->cmd, help,
-                                 "--limit: not a number above 0: %s", optarg);
-            break;
-        case 'h':
-            fputs(help, stdout);
-            exit(EXIT_OK);
-        default:
-            return ctl_bad_option(c->cmd, help, opt, argv);
-        }
-    }
-    a->optind = optind;
-    if (need != NULL && argc == optind)
-        return ctl_usage(c->cmd, help, "missing %s", need);
-    if (argc - optind > max)
-        return ctl_usage(c->cmd, help, "unexpected argument %s",
-                         argv[optind + max]);
-    return EXIT_OK;
-}
-
-static int cmd_acquire(struct ctl *c, int argc, char **argv)
-{
-    static const char help[] =
-        "Usage: leasectl acquire SESSION [--owner O] [--wait D]\n"
-        "Takes the lease of SESSION for owner O (default: $LEASE_OWNER, or\n"
-        "USER@HOST); the same owner again keeps its token. With --wait,\n"
-        "keeps trying for up to D while another owner holds it. Exit 3 when\n"
-        "held.\n";
-    struct args a;
-    int rc = parse_args(c, argc, argv, help, "SESSION", 1, &a);
-    if (rc == EXIT_OK)
-        rc = ctl_reach(c);
+    int rc = ctl_reach(c);
     if (rc != EXIT_OK)
         return rc;
     char buf[LEASE_OWNER_MAX + 1];
-    const char *owner = ctl_owner(a.owner, false, buf, sizeof(buf));
+    const char *owner = ctl_owner(c->args.owner, false, buf, sizeof(buf));
     struct lease l;
-    rc = ctl_acquire(c, argv[a.optind], owner, a.wait_ns, &l, NULL);
+    rc = ctl_acquire(c, c->args.arg, owner, c->args.wait_ns, &l);
     if (rc != LEASE_OK)
         return ctl_fail(rc, "acquire");
     ctl_print_lease(c, &l);
@@ -439,19 +291,14 @@ static int call(struct ctl *c, const char *path, const ProtobufCMessage *req,
  * stdin (what `acquire --json` printed). Checks that the daemon listens.
  * Returns EXIT_OK with *l or why set, or the exit code of a failure it
  * reported. */
-static int lease_from(struct ctl *c, int argc, char **argv,
-                      const char *help, struct lease *l, char *why,
-                      size_t len)
+static int lease_from(struct ctl *c, struct lease *l, char *why, size_t len)
 {
-    struct args a;
-    int rc = parse_args(c, argc, argv, help, NULL, 1, &a);
-    if (rc != EXIT_OK)
-        return rc;
+    const struct ctl_args *a = &c->args;
     memset(l, 0, sizeof(*l));
     why[0] = '\0';
-    if (argc == a.optind) {
+    if (a->arg == NULL) {
         if (isatty(STDIN_FILENO))
-            return ctl_usage(c->cmd, help,
+            return ctl_usage(a->cmd,
                              "missing SESSION (or a lease as JSON on stdin)");
         static char text[8192];
         size_t n = fread(text, 1, sizeof(text) - 1, stdin);
@@ -460,14 +307,14 @@ static int lease_from(struct ctl *c, int argc, char **argv,
                              sizeof(l->session_id)) ||
             !json_get_string(text, "owner", l->owner, sizeof(l->owner)) ||
             !json_get_u64(text, "token", &l->token))
-            return ctl_usage(c->cmd, help,
+            return ctl_usage(a->cmd,
                              "want a lease as JSON on stdin (session_id, "
                              "owner, token)");
         return ctl_reach(c);
     }
-    const char *session = argv[a.optind];
+    const char *session = a->arg;
     char buf[LEASE_OWNER_MAX + 1];
-    const char *owner = ctl_owner(a.owner, false, buf, sizeof(buf));
+    const char *owner = ctl_owner(a->owner, false, buf, sizeof(buf));
     bool long_owner = strlen(owner) > LEASE_OWNER_MAX;
     if (long_owner || strlen(session) > LEASE_SESSION_MAX) {
         fprintf(stderr, "leasectl: %s: %s: longer than the limit "
@@ -477,9 +324,9 @@ static int lease_from(struct ctl *c, int argc, char **argv,
     }
     snprintf(l->session_id, sizeof(l->session_id), "%s", session);
     snprintf(l->owner, sizeof(l->owner), "%s", owner);
-    l->token = a.token;
-    rc = ctl_reach(c);
-    if (rc != EXIT_OK || a.has_token)
+    l->token = a->token.value;
+    int rc = ctl_reach(c);
+    if (rc != EXIT_OK || a->token.set)
         return rc;
     Leased__Admin__V1__GetRequest req = LEASED__ADMIN__V1__GET_REQUEST__INIT;
     req.session_id = l->session_id;
@@ -508,18 +355,11 @@ static int lease_from(struct ctl *c, int argc, char **argv,
     return EXIT_OK;
 }
 
-static int cmd_renew(struct ctl *c, int argc, char **argv)
+static int cmd_renew(struct ctl *c)
 {
-    static const char help[] =
-        "Usage: leasectl renew [SESSION [--owner O] [--token N]]\n"
-        "Extends the lease of SESSION that owner O (default: $LEASE_OWNER,\n"
-        "or USER@HOST) holds: the one with token N, or without --token the\n"
-        "one O holds now. Without SESSION, the lease given as JSON on stdin\n"
-        "(what acquire --json prints). Exit 3 when the lease is lost, or\n"
-        "not O's.\n";
     struct lease cur, out;
     char why[1200];
-    int rc = lease_from(c, argc, argv, help, &cur, why, sizeof(why));
+    int rc = lease_from(c, &cur, why, sizeof(why));
     if (rc != EXIT_OK)
         return rc;
     if (why[0] != '\0') {
@@ -533,27 +373,23 @@ static int cmd_renew(struct ctl *c, int argc, char **argv)
     return EXIT_OK;
 }
 
-static int cmd_release(struct ctl *c, int argc, char **argv)
+static int cmd_release(struct ctl *c)
 {
-    static const char help[] =
-        "Usage: leasectl release [SESSION [--owner O] [--token N]]\n"
-        "Frees a lease given as for renew. Freeing one that is not held (any\n"
-        "more), or not O's, succeeds too (and says so, without --token).\n";
     struct lease cur;
     char why[1200];
-    int rc = lease_from(c, argc, argv, help, &cur, why, sizeof(why));
+    int rc = lease_from(c, &cur, why, sizeof(why));
     if (rc != EXIT_OK)
         return rc;
     if (why[0] != '\0') {
         fprintf(stderr, "leasectl: release: %s: nothing to release\n", why);
-        if (c->json)
+        if (c->args.json)
             printf("{\"released\":false}\n");
         return EXIT_OK;
     }
     rc = lease_release(c->client, &cur);
     if (rc != LEASE_OK)
         return ctl_fail(rc, "release");
-    if (c->json)
+    if (c->args.json)
         printf("{\"released\":true}\n");
     return EXIT_OK;
 }
@@ -567,19 +403,13 @@ static void print_admin_lease(const struct ctl *c,
     print_lease_fields(c, l->session_id, l->owner, l->token, ns, l->live);
 }
 
-static int cmd_get(struct ctl *c, int argc, char **argv)
+static int cmd_get(struct ctl *c)
 {
-    static const char help[] =
-        "Usage: leasectl get SESSION\nShows the lease of SESSION; exit 6 "
-        "when it has none.\n";
-    struct args a;
-    int rc = parse_args(c, argc, argv, help, "SESSION", 1, &a);
-    if (rc == EXIT_OK)
-        rc = ctl_reach(c);
+    int rc = ctl_reach(c);
     if (rc != EXIT_OK)
         return rc;
     Leased__Admin__V1__GetRequest req = LEASED__ADMIN__V1__GET_REQUEST__INIT;
-    req.session_id = argv[a.optind];
+    req.session_id = c->args.arg;
     ProtobufCMessage *resp;
     rc = call(c, GET_PATH, &req.base,
               &leased__admin__v1__get_response__descriptor, &resp);
@@ -592,24 +422,17 @@ static int cmd_get(struct ctl *c, int argc, char **argv)
     return EXIT_OK;
 }
 
-static int cmd_list(struct ctl *c, int argc, char **argv)
+static int cmd_list(struct ctl *c)
 {
-    static const char help[] =
-        "Usage: leasectl list [PREFIX] [--limit N]\nLists the leases whose "
-        "session id starts with PREFIX, by session id\n(all of them, or the "
-        "first N).\n";
-    struct args a;
-    int rc = parse_args(c, argc, argv, help, NULL, 1, &a);
-    if (rc == EXIT_OK)
-        rc = ctl_reach(c);
+    int rc = ctl_reach(c);
     if (rc != EXIT_OK)
         return rc;
     char token[LEASE_SESSION_MAX + 1] = "";
-    long left = a.limit > 0 ? a.limit : -1;
+    long left = c->args.limit > 0 ? c->args.limit : -1;
     do {
         Leased__Admin__V1__ListRequest req =
             LEASED__ADMIN__V1__LIST_REQUEST__INIT;
-        req.prefix = argc > a.optind ? argv[a.optind] : "";
+        req.prefix = c->args.arg != NULL ? c->args.arg : "";
         req.page_token = token;
         req.page_size = left > 0 && left < 1000 ? (int32_t)left : 1000;
         ProtobufCMessage *resp;
@@ -629,14 +452,9 @@ static int cmd_list(struct ctl *c, int argc, char **argv)
     return EXIT_OK;
 }
 
-static int cmd_stats(struct ctl *c, int argc, char **argv)
+static int cmd_stats(struct ctl *c)
 {
-    static const char help[] = "Usage: leasectl stats\nThe daemon's "
-                               "counters and state.\n";
-    struct args a;
-    int rc = parse_args(c, argc, argv, help, NULL, 0, &a);
-    if (rc == EXIT_OK)
-        rc = ctl_reach(c);
+    int rc = ctl_reach(c);
     if (rc != EXIT_OK)
         return rc;
     Leased__Admin__V1__StatsRequest req =
@@ -648,7 +466,7 @@ static int cmd_stats(struct ctl *c, int argc, char **argv)
         return rc;
     Leased__Admin__V1__StatsResponse *s =
         (Leased__Admin__V1__StatsResponse *)resp;
-    if (c->json)
+    if (c->args.json)
         printf("{\"live_leases\":%" PRIu64 ",\"lease_entries\":%" PRIu64
                ",\"takeovers\":%" PRIu64 ",\"expiries\":%" PRIu64
                ",\"reclaims\":%" PRIu64 ",\"uptime_seconds\":%" PRId64
@@ -673,14 +491,9 @@ static int cmd_stats(struct ctl *c, int argc, char **argv)
     return EXIT_OK;
 }
 
-static int cmd_health(struct ctl *c, int argc, char **argv)
+static int cmd_health(struct ctl *c)
 {
-    static const char help[] = "Usage: leasectl health\nSERVING (exit 0) or "
-                               "not (exit 4).\n";
-    struct args a;
-    int rc = parse_args(c, argc, argv, help, NULL, 0, &a);
-    if (rc == EXIT_OK)
-        rc = ctl_reach(c);
+    int rc = ctl_reach(c);
     if (rc != EXIT_OK)
         return rc;
     Grpc__Health__V1__HealthCheckRequest req =
@@ -693,7 +506,7 @@ static int cmd_health(struct ctl *c, int argc, char **argv)
     int status = (int)((Grpc__Health__V1__HealthCheckResponse *)resp)->status;
     protobuf_c_message_free_unpacked(resp, NULL);
     const char *name = status == 1 ? "SERVING" : "NOT_SERVING";
-    if (c->json)
+    if (c->args.json)
         printf("{\"status\":\"%s\"}\n", name);
     else
         printf("%s\n", name);
@@ -730,97 +543,44 @@ static int read_token(const char *cmd, const char *path, char *out,
 
 int main(int argc, char **argv)
 {
-    static const struct option options[] = {
-        {"url", required_argument, NULL, 'u'},
-        {"tls-ca", required_argument, NULL, 'a'},
-        {"tls-cert", required_argument, NULL, 'c'},
-        {"tls-key", required_argument, NULL, 'k'},
-        {"tls-server-name", required_argument, NULL, 'n'},
-        {"token-file", required_argument, NULL, 'T'},
-        {"timeout", required_argument, NULL, 't'},
-        {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
-    static const struct {
-        const char *name;
-        int (*run)(struct ctl *, int, char **);
-    } commands[] = {{"acquire", cmd_acquire}, {"renew", cmd_renew},
-                    {"release", cmd_release}, {"get", cmd_get},
-                    {"list", cmd_list},       {"stats", cmd_stats},
-                    {"health", cmd_health},   {"hold", ctl_hold}};
-    const char *url = getenv("LEASED_URL");
-    const char *token_file = getenv("LEASED_TOKEN_FILE");
-    struct lease_grpc_options o = {.timeout_ms = 5000};
+    static int (*const run[CTL_COMMANDS])(struct ctl *) = {
+        [CTL_ACQUIRE] = cmd_acquire, [CTL_RENEW] = cmd_renew,
+        [CTL_RELEASE] = cmd_release, [CTL_GET] = cmd_get,
+        [CTL_LIST] = cmd_list,       [CTL_STATS] = cmd_stats,
+        [CTL_HEALTH] = cmd_health,   [CTL_HOLD] = ctl_hold};
     struct ctl c = {0};
-    int opt;
-    opterr = 0; /* our messages, not getopt's */
-    while ((opt = getopt_long(argc, argv, "+:", options, NULL)) != -1) {
-        int64_t ns;
-        switch (opt) {
-        case 'u':
-            url = optarg;
-            break;
-        case 'a':
-            o.tls_ca_file = optarg;
-            break;
-        case 'c':
-            o.tls_cert_file = optarg;
-            break;
-        case 'k':
-            o.tls_key_file = optarg;
-            break;
-        case 'n':
-            o.tls_server_name = optarg;
-            break;
-        case 'T':
-            token_file = optarg;
-            break;
-        case 't':
-            if (duration_parse(optarg, &ns) != 0 || ns < 1000000)
-                return ctl_usage(NULL, usage,
-                                 "--timeout: not a duration of 1ms or "
-                                 "more: %s",
-                                 optarg);
-            o.timeout_ms = ns / 1000000;
-            break;
-        case 'j':
-            c.json = true;
-            break;
-        case 'h':
-            fputs(usage, stdout);
-            return EXIT_OK;
-        default:
-            return ctl_bad_option(NULL, usage, opt, argv);
-        }
+    const struct ctl_args *a = &c.args;
+    int rc = ctl_parse(argc, argv, &c.args);
+    if (rc != EXIT_OK)
+        return rc;
+    if (a->help) {
+        ctl_help(stdout, a->cmd);
+        return EXIT_OK;
     }
-    if (optind >= argc)
-        return ctl_usage(NULL, usage, "missing COMMAND");
-    size_t k = 0;
-    while (k < sizeof(commands) / sizeof(commands[0]) &&
-           strcmp(commands[k].name, argv[optind]) != 0)
-        k++;
-    if (k == sizeof(commands) / sizeof(commands[0]))
-        return ctl_usage(NULL, usage, "unknown command %s", argv[optind]);
-    c.cmd = commands[k].name;
+    c.cmd = ctl_command_name(a->cmd);
+    struct lease_grpc_options o = {
+        .timeout_ms = a->timeout_ns / 1000000,
+        .tls_ca_file = a->tls_ca_file,
+        .tls_cert_file = a->tls_cert_file,
+        .tls_key_file = a->tls_key_file,
+        .tls_server_name = a->tls_server_name,
+    };
     char token[4100];
-    if (token_file != NULL) {
-        if (read_token(c.cmd, token_file, token, sizeof(token)) != 0)
+    if (a->token_file != NULL) {
+        if (read_token(c.cmd, a->token_file, token, sizeof(token)) != 0)
             return EXIT_INVALID;
         o.token = token;
     }
-    if (url == NULL || url[0] == '\0')
-        url = DEFAULT_URL;
     char why[512];
-    c.url = url;
     c.opts = o;
-    if (lease_grpc_open(url, &o, &c.client) != LEASE_OK)
+    if (lease_grpc_open(a->url, &o, &c.client) != LEASE_OK)
         return ctl_fail(LEASE_EINVAL, c.cmd);
-    if (conn_open(&c.conn, url, &o, why, sizeof(why)) != LEASE_OK) {
+    if (conn_open(&c.conn, a->url, &o, why, sizeof(why)) != LEASE_OK) {
         fprintf(stderr, "leasectl: %s: %s (INVALID_ARGUMENT)\n", c.cmd, why);
         lease_client_destroy(c.client);
         return EXIT_INVALID;
     }
-    int rc = commands[k].run(&c, argc - optind, argv + optind);
+    rc = run[a->cmd](&c);
     explicit_bzero(token, sizeof(token));
     conn_close(&c.conn);
     lease_client_destroy(c.client);

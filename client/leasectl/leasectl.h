@@ -1,6 +1,7 @@
 /*
- * leasectl's parts: the connection and output every command shares
- * (leasectl.c), and `hold` (hold.c).
+ * leasectl's parts: the command line (options.c), the connection and
+ * output every command shares and the commands (leasectl.c), and `hold`
+ * (hold.c).
  */
 #ifndef LEASECTL_H
 #define LEASECTL_H
@@ -8,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "conn.h"
 #include "lease.h"
@@ -24,12 +26,73 @@ enum {
     EXIT_UNSUPPORTED = 7, /* the server does not serve leases */
 };
 
+/* The commands, in the order of the usage. */
+enum ctl_cmd {
+    CTL_ACQUIRE,
+    CTL_RENEW,
+    CTL_RELEASE,
+    CTL_GET,
+    CTL_LIST,
+    CTL_STATS,
+    CTL_HEALTH,
+    CTL_HOLD,
+    CTL_COMMANDS, /* how many */
+    CTL_NONE = -1 /* none (yet): leasectl itself */
+};
+
+struct ctl_number {
+    bool set;
+    uint64_t value;
+};
+
+/* The command line (docs/leasectl.1), as ctl_parse reads it. Strings are
+ * borrowed from argv, the environment or options.c's table; a value not
+ * given is its default (zero without one). */
+struct ctl_args {
+    int cmd;   /* enum ctl_cmd */
+    bool help; /* --help: print ctl_help(cmd), and do nothing else */
+    /* leasectl's own options. */
+    const char *url;
+    const char *tls_ca_file, *tls_cert_file, *tls_key_file;
+    const char *tls_server_name;
+    const char *token_file; /* NULL: none */
+    int64_t timeout_ns;
+    bool json;
+    /* The commands' options. */
+    const char *owner; /* NULL: the default owner (ctl_owner) */
+    struct ctl_number token;
+    int64_t wait_ns, grace_ns, ttl_ns;
+    long limit; /* 0: none */
+    /* The command's argument (SESSION or PREFIX, argv's); NULL: none. */
+    char *arg;
+    /* hold: CMD and its arguments, the words after "--" (argv's own,
+     * NULL-terminated). */
+    char **run;
+};
+
+/* Parses argv (argc words) into *a: options before or after the command,
+ * "--" ending them, each option checked against the commands that take
+ * it, and the command's arguments. Returns EXIT_OK (with a->help set,
+ * the caller prints the help and stops), or EXIT_USAGE having said why
+ * and printed the usage on stderr. */
+int ctl_parse(int argc, char **argv, struct ctl_args *a);
+
+/* Prints the help of command cmd (CTL_NONE: leasectl's usage) to f. */
+void ctl_help(FILE *f, int cmd);
+
+/* The name of command cmd; NULL for CTL_NONE. */
+const char *ctl_command_name(int cmd);
+
+/* Reports bad usage of command cmd (CTL_NONE: of leasectl itself) on
+ * stderr, "leasectl: CMD: why", then its help; returns EXIT_USAGE. */
+int ctl_usage(int cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 struct ctl {
     struct lease_client *client; /* the lease calls, through liblease */
     struct conn conn;            /* admin and health calls */
-    bool json;
-    const char *url;
-    const char *cmd;                /* the command, for messages */
+    struct ctl_args args;
+    const char *cmd;                /* the command's name, for messages */
     struct lease_grpc_options opts; /* what client was opened with */
 };
 
@@ -39,15 +102,6 @@ int ctl_exit_of(int lease_err);
 /* Reports a failed lease call on stderr, "leasectl: WHAT: reason
  * (STATUS_NAME)"; returns its exit code. */
 int ctl_fail(int lease_err, const char *what);
-
-/* Reports bad usage of command cmd (NULL: of leasectl itself) on stderr,
- * "leasectl: CMD: why", then help; returns EXIT_USAGE. */
-int ctl_usage(const char *cmd, const char *help, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* The same for what getopt_long (opterr 0, optstring starting with ":")
- * returned instead of an option of ours: '?' or ':'. */
-int ctl_bad_option(const char *cmd, const char *help, int opt, char **argv);
 
 /* Before a command's first call: when nothing listens at the URL (every
  * target refuses, within a second), says so on stderr and returns
@@ -65,16 +119,15 @@ const char *ctl_owner(const char *flag, bool unique, char *buf, size_t len);
 void ctl_print_lease(const struct ctl *c, const struct lease *l);
 
 /* Acquire, and with wait_ns > 0 keep trying while the lease is held,
- * until it is free or wait_ns has passed. *sent_ns (may be NULL) gets the
- * monotonic time the last try was sent. */
+ * until it is free or wait_ns has passed. */
 int ctl_acquire(struct ctl *c, const char *session, const char *owner,
-                int64_t wait_ns, struct lease *out, int64_t *sent_ns);
+                int64_t wait_ns, struct lease *out);
 
 int64_t ctl_mono_ns(void);
 int64_t ctl_wall_ns(void);
 
 /* `leasectl hold SESSION [--owner O] [--wait D] [--grace D] [--ttl D] --
- * CMD ARGS…`: argv[0] is "hold". Returns the exit code. */
-int ctl_hold(struct ctl *c, int argc, char **argv);
+ * CMD ARGS…`, as c->args has it. Returns the exit code. */
+int ctl_hold(struct ctl *c);
 
 #endif

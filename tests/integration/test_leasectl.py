@@ -4,8 +4,10 @@ used: the command runs with the lease in its environment, a second holder
 waits or fails, a lost lease stops the command, a daemon restart does not.
 And what a newcomer meets: one owner per user and host by default (so
 acquire, renew SESSION and release SESSION work from one shell), one
-message style with gRPC status names, and a quick answer when no daemon
-listens.
+message style with gRPC status names, a quick answer when no daemon
+listens, and options before or after the command, as kubectl and etcdctl
+take them. hold keeps its lease with liblease's keeper: its renewals are
+jittered per process, and its retries are the keeper's.
 """
 import json
 import os
@@ -13,8 +15,10 @@ import pwd
 import re
 import signal
 import socket
+import statistics
 import subprocess
 import tempfile
+import threading
 import time
 
 import certs
@@ -38,6 +42,15 @@ def ctl(d, *args, stdin=None, url=None, timeout=30, extra=(), env=None):
         list(extra) + list(args)
     p = subprocess.run(cmd, input=stdin, capture_output=True, text=True,
                        timeout=timeout, env=environ(env))
+    return p.returncode, p.stdout, p.stderr
+
+
+def run_ctl(*args, stdin=None, env=None):
+    """Runs leasectl with exactly args (no --url of ours); returns (exit
+    code, stdout, stderr)."""
+    p = subprocess.run([os.environ["LEASECTL_BIN"]] + list(args),
+                       input=stdin, capture_output=True, text=True,
+                       timeout=30, env=environ(env))
     return p.returncode, p.stdout, p.stderr
 
 
@@ -185,6 +198,70 @@ def test_messages_name_the_command_and_the_status():
             "leasectl: stats: /nonexistent: "), err
 
 
+def test_options_after_the_command():
+    """leasectl's options (--url, --json, --timeout, …) work after the
+    command and its arguments as well as before, mixed with the command's
+    own; a command's own option may come before the command too."""
+    with Leased(ttl="30s") as d:
+        rc, out, err = run_ctl("acquire", "s", "--json", "--url", d.addr,
+                               "--owner", "o")
+        assert rc == 0, (rc, out, err)
+        a = json.loads(out)
+        assert (a["session_id"], a["owner"], a["token"]) == ("s", "o", 1)
+        rc, out, err = run_ctl("renew", "--url", d.addr, "s", "--owner", "o",
+                               "--timeout", "3s", "--json")
+        assert rc == 0 and json.loads(out)["token"] == 1, (rc, out, err)
+        rc, out, err = run_ctl("--json", "get", "s", "--url=" + d.addr)
+        assert rc == 0 and json.loads(out)["owner"] == "o", (rc, out, err)
+        rc, out, err = run_ctl("list", "--limit", "1", "--url", d.addr,
+                               "--json")
+        assert rc == 0 and [json.loads(line)["session_id"]
+                            for line in out.splitlines()] == ["s"], out
+        rc, out, err = run_ctl("stats", "--url", d.addr, "--json")
+        assert rc == 0 and json.loads(out)["takeovers"] == 1, (out, err)
+        rc, out, err = run_ctl("health", "--json", "--url", d.addr)
+        assert rc == 0 and json.loads(out) == {"status": "SERVING"}, out
+        rc, out, err = run_ctl("release", "s", "--owner", "o", "--url",
+                               d.addr, "--json")
+        assert rc == 0 and json.loads(out) == {"released": True}, (out, err)
+        # A command's option before the command.
+        rc, out, err = run_ctl("--owner", "p", "--url", d.addr, "acquire",
+                               "t", "--json")
+        assert rc == 0 and json.loads(out)["owner"] == "p", (rc, out, err)
+        # Checked the same wherever it stands.
+        rc, _, err = run_ctl("get", "s", "--url", d.addr, "--timeout", "0s")
+        assert rc == USAGE and err.startswith(
+            "leasectl: get: --timeout: not a duration of 1ms or more: 0s\n"
+            "\nUsage: leasectl get"), err
+        # After --, words are arguments: a session named --json.
+        rc, out, err = run_ctl("get", "--url", d.addr, "--", "--json")
+        assert rc == NOT_FOUND and out == "", (rc, out, err)
+        # $LEASED_URL still gives the default, and --url after the
+        # command still wins over it.
+        rc, out, err = run_ctl("get", "t", "--json",
+                               env={"LEASED_URL": d.addr})
+        assert rc == 0 and json.loads(out)["owner"] == "p", (rc, out, err)
+        rc, _, err = run_ctl("get", "t", "--url", "127.0.0.1:1",
+                             env={"LEASED_URL": d.addr})
+        assert rc == UNAVAILABLE, (rc, err)
+
+
+def test_a_command_refuses_the_options_of_others():
+    with Leased() as d:
+        rc, _, err = ctl(d, "get", "s", "--owner", "o")
+        assert rc == USAGE and err.startswith(
+            "leasectl: get: get takes no --owner\n\nUsage: leasectl get "
+            "SESSION\n"), err
+        rc, _, err = ctl(d, "--limit", "3", "acquire", "s")
+        assert rc == USAGE and err.startswith(
+            "leasectl: acquire: acquire takes no --limit\n"), err
+        rc, _, err = ctl(d, "stats", "--grace", "1s")
+        assert rc == USAGE and err.startswith(
+            "leasectl: stats: stats takes no --grace\n"), err
+        # Nothing was done.
+        assert ctl(d, "get", "s")[0] == NOT_FOUND
+
+
 def test_no_daemon_fails_fast():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -243,13 +320,26 @@ def test_man_page_covers_every_command_and_option():
         man = f.read().replace("\\-", "-")
     usage = subprocess.run([os.environ["LEASECTL_BIN"], "--help"],
                            capture_output=True, text=True).stdout
-    for word in ["acquire", "renew", "release", "get", "list", "stats",
-                 "health", "hold", "--url", "--tls-ca", "--tls-cert",
-                 "--tls-key", "--tls-server-name", "--token-file",
-                 "--timeout", "--json", "--wait", "--grace", "--ttl",
-                 "--limit", "--owner", "--token", "LEASE_OWNER"]:
+    commands = ["acquire", "renew", "release", "get", "list", "stats",
+                "health", "hold"]
+    for word in commands + [
+            "--url", "--tls-ca", "--tls-cert", "--tls-key",
+            "--tls-server-name", "--token-file", "--timeout", "--json",
+            "--wait", "--grace", "--ttl", "--limit", "--owner", "--token",
+            "LEASE_OWNER"]:
         assert word in usage, word
         assert word in man, word
+    # The usage texts come from leasectl's table of options: whatever
+    # option they show, the man page has too.
+    for cmd in commands:
+        p = subprocess.run([os.environ["LEASECTL_BIN"], cmd, "--help"],
+                           capture_output=True, text=True)
+        assert p.returncode == 0 and p.stdout.startswith(
+            "Usage: leasectl %s" % cmd), p.stdout
+        usage += p.stdout
+    shown = set(re.findall(r"--[a-z][a-z-]*", usage))
+    for option in shown:
+        assert re.search(r"(?<![a-z-])%s(?![a-z-])" % option, man), option
     if os.path.exists("/usr/bin/groff"):
         p = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z",
                             os.path.join(here, "..", "..", "docs",
@@ -280,6 +370,11 @@ def test_tls_and_token_file():
                          extra=tls + ["--token-file", tokens])
             assert a["token"] == 1
             assert ctl(d, "health", extra=tls)[0] == 0  # needs no token
+            # The same options after the command.
+            rc, out, err = ctl(d, "acquire", "t2", "--owner", "o",
+                               "--tls-ca", c.path("ca.pem"), "--json",
+                               "--token-file", tokens)
+            assert rc == 0 and json.loads(out)["token"] == 1, (rc, err)
 
 
 def hold(d, *args, env=None, **kw):
@@ -416,6 +511,193 @@ def test_hold_survives_a_daemon_restart():
             err = p.stderr.read()
             assert rc == 0, (rc, err, d.log_text())
             assert ctl(d, "get", "h4")[0] == NOT_FOUND  # released
+
+
+def renewal_intervals(d, sessions, count, timeout=20.0):
+    """Watches the leases of sessions (the admin service's Get) until each
+    has been renewed count times after its acquire; returns, per session,
+    the count intervals in seconds between its grants as the daemon made
+    them (successive expiries). Two grants closer than 100 ms are one:
+    hold's own acquire, then its keeper's."""
+    c = d.client()
+    expiries = {s: [] for s in sessions}
+    deadline = time.monotonic() + timeout
+    while any(len(e) <= count for e in expiries.values()):
+        assert time.monotonic() < deadline, expiries
+        for s in sessions:
+            try:
+                lease = c.get(s)
+            except harness.grpc.RpcError:
+                continue  # not acquired yet
+            ns = lease.expiry.seconds * 10**9 + lease.expiry.nanos
+            e = expiries[s]
+            if e and ns - e[-1] < 100 * 10**6:
+                e[-1] = ns
+            elif not e or ns != e[-1]:
+                e.append(ns)
+        time.sleep(0.01)
+    return {s: [(b - a) / 1e9 for a, b in zip(e, e[1:])][:count]
+            for s, e in expiries.items()}
+
+
+def test_hold_renewals_are_jittered_per_process():
+    """Two holds started together each renew at a third of the TTL less a
+    random part of a tenth, drawn from a generator seeded per process:
+    their intervals differ. Had the keeper drawn its jitter unseeded (as
+    rand() is), both would draw the same parts and renew in step; the
+    intervals would then differ only by the noise of the calls (a few ms
+    each), not by an eighth of the tenth on average."""
+    ttl = 2.0
+    with Leased(ttl="2s") as d:
+        holds = [hold(d, s, "--owner", s, "--", "sleep", "30")
+                 for s in ("j1", "j2")]
+        try:
+            got = renewal_intervals(d, ["j1", "j2"], 8)
+        finally:
+            for p in holds:
+                p.send_signal(signal.SIGTERM)  # passed on to sleep
+            rcs = [p.wait(timeout=10) for p in holds]
+        assert rcs == [128 + signal.SIGTERM] * 2, rcs
+        for s, intervals in got.items():
+            # The keeper's policy, with room for a slow machine.
+            assert all(ttl / 5 < i < ttl / 2 for i in intervals), (s, got)
+        apart = sum(abs(a - b) for a, b in zip(got["j1"], got["j2"]))
+        # Uniform parts of ttl/10 drawn apart: 8 * ttl/30 apart on
+        # average; under 0.4 * ttl/10 by chance about once in 10^5 runs.
+        assert apart > 0.4 * ttl / 10, (apart, got)
+
+
+def stderr_lines(p):
+    """Reads p's stderr on a thread; returns the list it fills with
+    (time.monotonic(), line) as lines come, and the thread."""
+    lines = []
+
+    def read():
+        for line in p.stderr:
+            lines.append((time.monotonic(), line))
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    return lines, t
+
+
+def test_hold_retries_as_the_keeper_does():
+    """When renewals fail (here the daemon stops accepting hold's token,
+    so each fails at once), hold retries every tenth of the TTL (the
+    keeper's policy, at most every second) until the local deadline, then
+    treats the lease as lost and stops the command."""
+    ttl = 2.0
+    with tempfile.TemporaryDirectory() as tmp, \
+            Leased(ttl="2s", token="first") as d:
+        tokens = os.path.join(tmp, "tokens")
+        harness.write_private(tokens, "first\n")
+        ready = os.path.join(tmp, "ready")
+        p = subprocess.Popen(
+            [os.environ["LEASECTL_BIN"], "hold", "r1", "--owner", "a",
+             "--url", d.addr, "--token-file", tokens, "--",
+             "sh", "-c", ": > %s; exec sleep 30" % ready],
+            stderr=subprocess.PIPE, text=True, env=environ())
+        lines, reader = stderr_lines(p)
+        d.wait_file(ready)
+        harness.write_private(d.token_file, "second\n")
+        d.proc.send_signal(signal.SIGHUP)
+        d.wait_log(r"msg=reloaded what=tokens count=1")
+        rc = p.wait(timeout=15)
+        reader.join(timeout=5)
+        err = "".join(line for _, line in lines)
+        assert rc == 128 + signal.SIGTERM, (rc, err)
+        assert "no renewal of r1 before its deadline" in err, err
+        tries = [t for t, line in lines
+                 if line.startswith("leasectl: hold: renew: ")]
+        gaps = [b - a for a, b in zip(tries, tries[1:])]
+        # From the first failure (within a third of the TTL of the last
+        # success) to the deadline (0.9 TTL after it): 1.2 s or more, a
+        # retry every 0.2 s; hold's own policy of old retried every 0.5 s.
+        assert len(tries) >= 4, err
+        assert ttl / 20 < statistics.median(gaps) < ttl / 10 + 0.15, gaps
+
+
+# A command that ignores SIGTERM, and says when it runs.
+IGNORES_TERM = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+open(sys.argv[1], "w").close()
+time.sleep(60)
+"""
+
+
+def test_hold_kills_the_command_after_grace_when_a_renewal_is_refused():
+    """A renewal refused (the lease was released behind hold's back) is a
+    loss at once: the message, SIGTERM, and SIGKILL after --grace for a
+    command that ignores SIGTERM; hold neither releases nor takes the
+    lease again."""
+    with Leased(ttl="3s") as d, tempfile.TemporaryDirectory() as tmp:
+        ready = os.path.join(tmp, "ready")
+        p = hold(d, "r2", "--owner", "a", "--grace", "500ms", "--",
+                 "/usr/bin/python3", "-c", IGNORES_TERM, ready)
+        d.wait_file(ready)
+        assert ctl(d, "release", "r2", "--owner", "a", "--token", "1")[0] == 0
+        start = time.monotonic()
+        rc = p.wait(timeout=15)
+        took = time.monotonic() - start
+        err = p.stderr.read()
+        assert rc == 128 + signal.SIGKILL, (rc, err)
+        assert err == "leasectl: hold: the lease of r2 was lost " \
+            "(FAILED_PRECONDITION)\n", err
+        # The next renewal (within a third of the TTL), then the grace.
+        assert 0.5 <= took < 1.0 + 0.5 + 2.0, took
+        assert ctl(d, "get", "r2")[0] == NOT_FOUND
+
+
+# A command that writes the name of the signal it gets to a file, and
+# exits 42.
+NOTES_SIGNAL = """
+import signal, sys, time
+def note(sig, _):
+    with open(sys.argv[1], "w") as f:
+        f.write(signal.Signals(sig).name)
+    sys.exit(42)
+for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(sig, note)
+open(sys.argv[2], "w").close()
+while True:
+    time.sleep(60)
+"""
+
+
+def test_hold_passes_signals_on_to_the_command():
+    with Leased(ttl="30s") as d, tempfile.TemporaryDirectory() as tmp:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            noted = os.path.join(tmp, "noted-%d" % sig)
+            ready = os.path.join(tmp, "ready-%d" % sig)
+            session = "sig-%d" % sig
+            p = hold(d, session, "--", "/usr/bin/python3", "-c",
+                     NOTES_SIGNAL, noted, ready)
+            d.wait_file(ready)
+            p.send_signal(sig)
+            assert p.wait(timeout=15) == 42, p.stderr.read()
+            with open(noted) as f:
+                assert f.read() == sig.name
+            # Not lost: released on the way out.
+            assert ctl(d, "get", session)[0] == NOT_FOUND
+
+
+def test_hold_leaves_what_follows_dashdash_to_the_command():
+    """leasectl's options and hold's may come around SESSION; after --,
+    every word is CMD's, options of leasectl's or not."""
+    with Leased(ttl="30s") as d, tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "args")
+        rc, _, err = run_ctl(
+            "--owner", "o", "hold", "h9", "--url", d.addr, "--json",
+            "--wait", "1s", "--",
+            "sh", "-c", 'printf "%%s\\n" "$LEASE_OWNER" "$@" > %s' % out,
+            "sh", "--json", "--url", "elsewhere", "--owner", "x", "--help",
+            "--", "-z")
+        assert rc == 0, (rc, err)
+        with open(out) as f:
+            assert f.read().splitlines() == [
+                "o", "--json", "--url", "elsewhere", "--owner", "x",
+                "--help", "--", "-z"]
+        assert ctl(d, "get", "h9")[0] == NOT_FOUND  # released
 
 
 harness.main(globals())

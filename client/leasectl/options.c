@@ -1,0 +1,539 @@
+/*
+ * leasectl's command line: each option declared once, as a row of one
+ * table (its name, its value, its help, the commands that take it), from
+ * which getopt's long options, the usage texts and the checks are made;
+ * and the commands' synopses and help. Not here: what the commands do
+ * (leasectl.c, hold.c).
+ *
+ * The rules (docs/leasectl.1):
+ *
+ * 1. leasectl's own options (rows every command takes: the connection,
+ *    the output) and a command's options may come before or after the
+ *    command and its argument, in any order.
+ * 2. "--" ends the options: what follows is arguments only; for hold,
+ *    CMD and its arguments, untouched.
+ * 3. A command refuses an option that is not one of its own.
+ * 4. A value comes from the command line, else the environment variable
+ *    of its row (if set and not empty), else the row's default; it is
+ *    checked as it is read. An empty value of an option with a default
+ *    means the default.
+ * 5. --help stops the parsing: the help is that of the command named
+ *    before it, else leasectl's.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "duration.h"
+#include "leasectl.h"
+
+#define WIDTH 79       /* of the usage texts */
+#define OPTION_COL 23  /* where an option's help starts */
+#define SUMMARY_COL 45 /* where a command's summary starts */
+#define FIRST_VAL 256  /* getopt's value for row 0: no character's */
+
+#define ON(cmd) (1u << (cmd))
+#define ALL (ON(CTL_COMMANDS) - 1) /* leasectl's own option */
+#define FIELD(f) offsetof(struct ctl_args, f)
+
+static const struct command {
+    const char *name;
+    const char *args;    /* the synopsis before the options */
+    const char *after;   /* after them: "-- CMD…" for a command to run */
+    const char *need;    /* the argument it cannot do without, or NULL */
+    int max;             /* arguments it takes (0 or 1) */
+    const char *summary; /* its line in leasectl --help */
+    const char *help;    /* what `leasectl NAME --help` says it does */
+} commands[CTL_COMMANDS] = {
+    [CTL_ACQUIRE] = {
+        .name = "acquire", .args = "SESSION", .need = "SESSION", .max = 1,
+        .summary = "take a lease",
+        .help = "Takes the lease of SESSION for owner O (default: "
+                "$LEASE_OWNER, or USER@HOST); the same owner again keeps "
+                "its token. With --wait, keeps trying for up to D while "
+                "another owner holds it. Exit 3 when held.",
+    },
+    [CTL_RENEW] = {
+        .name = "renew", .args = "[SESSION]", .max = 1,
+        .summary = "extend a lease (or the JSON lease on stdin)",
+        .help = "Extends the lease of SESSION that owner O (default: "
+                "$LEASE_OWNER, or USER@HOST) holds: the one with token N, "
+                "or without --token the one O holds now. Without SESSION, "
+                "the lease given as JSON on stdin (what acquire --json "
+                "prints). Exit 3 when the lease is lost, or not O's.",
+    },
+    [CTL_RELEASE] = {
+        .name = "release", .args = "[SESSION]", .max = 1,
+        .summary = "free a lease (or stdin)",
+        .help = "Frees a lease given as for renew. Freeing one that is not "
+                "held (any more), or not O's, succeeds too (and says so, "
+                "without --token).",
+    },
+    [CTL_GET] = {
+        .name = "get", .args = "SESSION", .need = "SESSION", .max = 1,
+        .summary = "show a lease",
+        .help = "Shows the lease of SESSION; exit 6 when it has none.",
+    },
+    [CTL_LIST] = {
+        .name = "list", .args = "[PREFIX]", .max = 1,
+        .summary = "list leases by session id",
+        .help = "Lists the leases whose session id starts with PREFIX, by "
+                "session id (all of them, or the first N).",
+    },
+    [CTL_STATS] = {
+        .name = "stats",
+        .summary = "the daemon's counters",
+        .help = "The daemon's counters and state.",
+    },
+    [CTL_HEALTH] = {
+        .name = "health",
+        .summary = "SERVING or not",
+        .help = "SERVING (exit 0) or not (exit 4).",
+    },
+    [CTL_HOLD] = {
+        .name = "hold", .args = "SESSION", .after = "-- CMD [ARGS…]",
+        .need = "SESSION", .max = 1,
+        .summary = "run CMD while holding it",
+        .help = "Runs CMD while holding the lease of SESSION: renews it, "
+                "stops CMD (SIGTERM, SIGKILL after --grace) if the lease "
+                "is lost, releases it when CMD exits, and exits with CMD's "
+                "status. CMD sees LEASE_SESSION, LEASE_OWNER and "
+                "LEASE_TOKEN. The owner is O, else $LEASE_OWNER, else "
+                "USER@HOST/PID-NONCE (unique to the run). Exit 3 when the "
+                "lease is held by another owner (after --wait, if given).",
+    },
+};
+
+enum kind {
+    FLAG,     /* bool, takes no value */
+    TEXT,     /* const char * */
+    DURATION, /* int64_t ns, of at least min_ms */
+    COUNT,    /* long, 1 or more */
+    NUMBER,   /* struct ctl_number */
+};
+
+static const struct row {
+    const char *name;  /* --name */
+    const char *value; /* what its value is called; NULL for a FLAG */
+    enum kind kind;
+    size_t field;      /* where it goes in struct ctl_args */
+    int64_t min_ms;    /* DURATION: the least */
+    const char *def;   /* the default, NULL: none (zero) */
+    const char *env;   /* the variable that overrides the default */
+    unsigned commands; /* ON(CTL_…) of each command that takes it; ALL */
+    const char *help;
+} rows[] = {
+    /* leasectl's own: the connection and the output. */
+    {.name = "url", .value = "HOST:PORT[,…]", .kind = TEXT,
+     .field = FIELD(url), .def = "127.0.0.1:7443", .env = "LEASED_URL",
+     .commands = ALL, .help = "the daemon(s), or unix:/PATH"},
+    {.name = "tls-ca", .value = "FILE", .kind = TEXT,
+     .field = FIELD(tls_ca_file), .commands = ALL,
+     .help = "TLS, trusting these CA certificates"},
+    {.name = "tls-cert", .value = "FILE", .kind = TEXT,
+     .field = FIELD(tls_cert_file), .commands = ALL,
+     .help = "a client certificate (mutual TLS), with --tls-key"},
+    {.name = "tls-key", .value = "FILE", .kind = TEXT,
+     .field = FIELD(tls_key_file), .commands = ALL,
+     .help = "the key of --tls-cert"},
+    {.name = "tls-server-name", .value = "N", .kind = TEXT,
+     .field = FIELD(tls_server_name), .commands = ALL,
+     .help = "the name in the server's certificate"},
+    {.name = "token-file", .value = "FILE", .kind = TEXT,
+     .field = FIELD(token_file), .env = "LEASED_TOKEN_FILE",
+     .commands = ALL,
+     .help = "a bearer token (the first line that is not a comment)"},
+    {.name = "timeout", .value = "D", .kind = DURATION,
+     .field = FIELD(timeout_ns), .min_ms = 1, .def = "5s", .commands = ALL,
+     .help = "per call"},
+    {.name = "json", .kind = FLAG, .field = FIELD(json), .commands = ALL,
+     .help = "one JSON object per result, for scripts"},
+    {.name = "help", .kind = FLAG, .field = FIELD(help), .commands = ALL,
+     .help = "this; `leasectl COMMAND --help` for a command"},
+    /* The commands'. */
+    {.name = "owner", .value = "O", .kind = TEXT, .field = FIELD(owner),
+     .commands = ON(CTL_ACQUIRE) | ON(CTL_RENEW) | ON(CTL_RELEASE) |
+                 ON(CTL_HOLD),
+     .help = "act as owner O (default: $LEASE_OWNER, else USER@HOST; for "
+             "hold, USER@HOST/PID-NONCE)"},
+    {.name = "token", .value = "N", .kind = NUMBER, .field = FIELD(token),
+     .commands = ON(CTL_RENEW) | ON(CTL_RELEASE),
+     .help = "the lease with fencing token N (default: the one the owner "
+             "holds now)"},
+    {.name = "wait", .value = "D", .kind = DURATION, .field = FIELD(wait_ns),
+     .commands = ON(CTL_ACQUIRE) | ON(CTL_HOLD),
+     .help = "keep trying for up to D while another owner holds the lease"},
+    {.name = "limit", .value = "N", .kind = COUNT, .field = FIELD(limit),
+     .commands = ON(CTL_LIST), .help = "the first N only"},
+    {.name = "grace", .value = "D", .kind = DURATION,
+     .field = FIELD(grace_ns), .def = "5s", .commands = ON(CTL_HOLD),
+     .help = "from SIGTERM to SIGKILL of CMD when the lease is lost"},
+    {.name = "ttl", .value = "D", .kind = DURATION, .field = FIELD(ttl_ns),
+     .min_ms = 1, .commands = ON(CTL_HOLD),
+     .help = "the lease's TTL, when this host's clock and the daemon's may "
+             "differ (default: what the first grant leaves of the lease)"},
+};
+
+#define NROWS (sizeof(rows) / sizeof(rows[0]))
+static_assert(NROWS <= 32, "a row's bit in the mask of given options");
+
+const char *ctl_command_name(int cmd)
+{
+    return cmd >= 0 && cmd < CTL_COMMANDS ? commands[cmd].name : NULL;
+}
+
+/* ---- Writing the usage --------------------------------------------- */
+
+/* Columns that n bytes of UTF-8 take (one a character). */
+static int width(const char *s, size_t n)
+{
+    int w = 0;
+    for (size_t i = 0; i < n; i++)
+        w += ((unsigned char)s[i] & 0xc0) != 0x80;
+    return w;
+}
+
+/* Writes unit (n bytes) at column *col: after a space, or at the start of
+ * a new line indented to indent when it would pass WIDTH; first: where
+ * the caller left off, as is. */
+static void put_unit(FILE *f, int *col, int indent, const char *unit,
+                     size_t n, bool first)
+{
+    int w = width(unit, n);
+    if (!first && *col + 1 + w > WIDTH) {
+        fprintf(f, "\n%*s", indent, "");
+        *col = indent;
+    } else if (!first) {
+        fputc(' ', f);
+        (*col)++;
+    }
+    fwrite(unit, 1, n, f);
+    *col += w;
+}
+
+/* Writes text from column *col, wrapped at WIDTH (new lines indented to
+ * indent), breaking at spaces outside brackets, and at each "\n". */
+static void wrap(FILE *f, int *col, int indent, const char *text)
+{
+    bool first = true;
+    while (*text != '\0') {
+        size_t n = 0;
+        for (int depth = 0; text[n] != '\0' && text[n] != '\n' &&
+                            (text[n] != ' ' || depth > 0);
+             n++)
+            depth += (text[n] == '[') - (text[n] == ']');
+        put_unit(f, col, indent, text, n, first);
+        first = text[n] == '\n';
+        if (first) {
+            fprintf(f, "\n%*s", indent, "");
+            *col = indent;
+        }
+        text += n + (text[n] != '\0');
+    }
+}
+
+/* Pads from column *col to column to, or goes to a new line first when
+ * *col is past to less 2. */
+static void pad(FILE *f, int *col, int to)
+{
+    if (*col > to - 2) {
+        fputc('\n', f);
+        *col = 0;
+    }
+    fprintf(f, "%*s", to - *col, "");
+    *col = to;
+}
+
+/* "acquire SESSION [--owner O] [--wait D]": the command, its argument,
+ * its own options and what comes after them, as units that wrap whole. */
+static void synopsis(FILE *f, int *col, int indent, int cmd)
+{
+    const struct command *c = &commands[cmd];
+    put_unit(f, col, indent, c->name, strlen(c->name), true);
+    if (c->args != NULL)
+        put_unit(f, col, indent, c->args, strlen(c->args), false);
+    for (size_t i = 0; i < NROWS; i++) {
+        if (rows[i].commands == ALL || !(rows[i].commands & ON(cmd)))
+            continue;
+        char unit[64];
+        int n = snprintf(unit, sizeof(unit), "[--%s%s%s]", rows[i].name,
+                         rows[i].value != NULL ? " " : "",
+                         rows[i].value != NULL ? rows[i].value : "");
+        assert(n > 0 && (size_t)n < sizeof(unit));
+        put_unit(f, col, indent, unit, (size_t)n, false);
+    }
+    if (c->after != NULL)
+        put_unit(f, col, indent, c->after, strlen(c->after), false);
+}
+
+/* "  --wait D             keep trying…": the row and its help, with its
+ * default and variable. */
+static void option_line(FILE *f, const struct row *r)
+{
+    int col = fprintf(f, "  --%s", r->name);
+    if (r->value != NULL) {
+        fprintf(f, " %s", r->value);
+        col += 1 + width(r->value, strlen(r->value));
+    }
+    pad(f, &col, OPTION_COL);
+    char text[512];
+    if (r->env != NULL && r->def != NULL)
+        snprintf(text, sizeof(text), "%s [$%s, else %s]", r->help, r->env,
+                 r->def);
+    else if (r->env != NULL || r->def != NULL)
+        snprintf(text, sizeof(text), "%s [%s%s]", r->help,
+                 r->env != NULL ? "$" : "",
+                 r->env != NULL ? r->env : r->def);
+    else
+        snprintf(text, sizeof(text), "%s", r->help);
+    wrap(f, &col, OPTION_COL, text);
+    fputc('\n', f);
+}
+
+static void paragraph(FILE *f, const char *text)
+{
+    int col = 0;
+    wrap(f, &col, 0, text);
+    fputc('\n', f);
+}
+
+static void usage(FILE *f)
+{
+    fputs("Usage: leasectl [OPTIONS] COMMAND [ARGS]\n\nCommands:\n", f);
+    for (int k = 0; k < CTL_COMMANDS; k++) {
+        int col = fprintf(f, "  ");
+        synopsis(f, &col, 4, k);
+        pad(f, &col, SUMMARY_COL);
+        wrap(f, &col, SUMMARY_COL, commands[k].summary);
+        fputc('\n', f);
+    }
+    fputc('\n', f);
+    paragraph(f, "The owner is --owner O, else $LEASE_OWNER, else USER@HOST "
+                 "(for hold, USER@HOST/PID-NONCE: unique to the run). renew "
+                 "and release without --token act on the lease the owner "
+                 "holds now.");
+    fputs("\nOptions (before or after the command; -- ends them):\n", f);
+    for (size_t i = 0; i < NROWS; i++)
+        if (rows[i].commands == ALL)
+            option_line(f, &rows[i]);
+    fputc('\n', f);
+    paragraph(f, "Exit: 0 ok, 1 failure, 2 usage, 3 held or lost, 4 "
+                 "unavailable or no answer, 5 invalid, 6 not found, 7 not a "
+                 "lease service.");
+}
+
+void ctl_help(FILE *f, int cmd)
+{
+    if (cmd == CTL_NONE) {
+        usage(f);
+        return;
+    }
+    int col = fprintf(f, "Usage: leasectl ");
+    synopsis(f, &col, 16, cmd);
+    fputc('\n', f);
+    paragraph(f, commands[cmd].help);
+    bool header = false;
+    for (size_t i = 0; i < NROWS; i++) {
+        if (rows[i].commands == ALL || !(rows[i].commands & ON(cmd)))
+            continue;
+        if (!header)
+            fputc('\n', f);
+        header = true;
+        option_line(f, &rows[i]);
+    }
+    fputc('\n', f);
+    paragraph(f, "leasectl's own options (see leasectl --help) may come "
+                 "before or after\nthe command; -- ends the options.");
+}
+
+int ctl_usage(int cmd, const char *fmt, ...)
+{
+    fprintf(stderr, "leasectl: ");
+    if (cmd != CTL_NONE)
+        fprintf(stderr, "%s: ", commands[cmd].name);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\n\n", stderr);
+    ctl_help(stderr, cmd);
+    return EXIT_USAGE;
+}
+
+/* ---- Parsing -------------------------------------------------------- */
+
+/* Sets r's field in *a from text; false if text is no value of r's. */
+static bool set(struct ctl_args *a, const struct row *r, const char *text)
+{
+    void *field = (char *)a + r->field;
+    char *end;
+    switch (r->kind) {
+    case FLAG:
+        *(bool *)field = true;
+        return true;
+    case TEXT:
+        *(const char **)field =
+            text[0] == '\0' && r->def != NULL ? r->def : text;
+        return true;
+    case DURATION:
+        return duration_parse(text, (int64_t *)field) == 0 &&
+               *(int64_t *)field >= r->min_ms * 1000000;
+    case COUNT:
+        errno = 0;
+        *(long *)field = strtol(text, &end, 10);
+        return errno == 0 && *end == '\0' && text[0] != '\0' &&
+               *(long *)field >= 1;
+    case NUMBER: {
+        struct ctl_number *num = field;
+        errno = 0;
+        num->value = strtoull(text, &end, 10);
+        num->set = true;
+        return errno == 0 && *end == '\0' && text[0] != '\0' &&
+               text[0] != '-';
+    }
+    }
+    return false;
+}
+
+/* Says on stderr that text is no value of r's (from what: "--url",
+ * "$LEASED_URL"), for command cmd; returns EXIT_USAGE. */
+static int bad_value(int cmd, const struct row *r, const char *what,
+                     const char *text)
+{
+    switch (r->kind) {
+    case DURATION:
+        if (r->min_ms > 0)
+            return ctl_usage(cmd, "%s: not a duration of %lldms or more: %s",
+                             what, (long long)r->min_ms, text);
+        return ctl_usage(cmd, "%s: not a duration: %s", what, text);
+    case COUNT:
+        return ctl_usage(cmd, "%s: not a number above 0: %s", what, text);
+    default:
+        return ctl_usage(cmd, "%s: not a number: %s", what, text);
+    }
+}
+
+/* What getopt_long (opterr 0, optstring starting with ":") returned
+ * instead of a row's value: '?' or ':'. */
+static int bad_option(int cmd, int opt, char **argv)
+{
+    /* optind is past the option in error; optopt is the long option's
+     * value, 0 when unknown (or ambiguous). */
+    const char *arg = argv[optind - 1];
+    int n = (int)strcspn(arg, "=");
+    if (opt == ':')
+        return ctl_usage(cmd, "option %s needs a value", arg);
+    if (strncmp(arg, "--", 2) == 0 && optopt == 0)
+        return ctl_usage(cmd, "unknown option %.*s", n, arg);
+    if (strncmp(arg, "--", 2) == 0 && arg[n] == '=')
+        return ctl_usage(cmd, "option %.*s takes no value", n, arg);
+    return ctl_usage(cmd, "unknown option -%c", optopt);
+}
+
+/* A word that is not an option: the command, else its argument (the
+ * first beyond what it takes into *unexpected). */
+static int word(struct ctl_args *a, char *w, const char **unexpected)
+{
+    if (a->cmd == CTL_NONE) {
+        for (int k = 0; k < CTL_COMMANDS; k++) {
+            if (strcmp(commands[k].name, w) == 0) {
+                a->cmd = k;
+                return EXIT_OK;
+            }
+        }
+        return ctl_usage(CTL_NONE, "unknown command %s", w);
+    }
+    if (a->arg == NULL && commands[a->cmd].max > 0)
+        a->arg = w;
+    else if (*unexpected == NULL)
+        *unexpected = w;
+    return EXIT_OK;
+}
+
+int ctl_parse(int argc, char **argv, struct ctl_args *a)
+{
+    *a = (struct ctl_args){.cmd = CTL_NONE};
+    struct option longopts[NROWS + 1];
+    for (size_t i = 0; i < NROWS; i++) {
+        const struct row *r = &rows[i];
+        if (r->def != NULL) {
+            bool ok = set(a, r, r->def);
+            assert(ok);
+            (void)ok;
+        }
+        const char *env = r->env != NULL ? getenv(r->env) : NULL;
+        if (env != NULL && env[0] != '\0' && !set(a, r, env)) {
+            char what[64];
+            snprintf(what, sizeof(what), "$%s", r->env);
+            return bad_value(CTL_NONE, r, what, env);
+        }
+        longopts[i] = (struct option){
+            r->name, r->kind == FLAG ? no_argument : required_argument, NULL,
+            FIRST_VAL + (int)i};
+    }
+    longopts[NROWS] = (struct option){NULL, 0, NULL, 0};
+
+    uint32_t given = 0; /* a bit per row */
+    const char *unexpected = NULL;
+    opterr = 0;  /* our messages, not getopt's */
+    optind = 0;  /* getopt starts afresh */
+    for (;;) {
+        int i = optind > 0 ? optind : 1;
+        if (i >= argc)
+            break;
+        if (strcmp(argv[i], "--") == 0) {
+            if (a->cmd != CTL_NONE && commands[a->cmd].after != NULL) {
+                a->run = argv + i + 1; /* CMD: up to argv's NULL */
+                break;
+            }
+            for (i++; i < argc; i++) {
+                int rc = word(a, argv[i], &unexpected);
+                if (rc != EXIT_OK)
+                    return rc;
+            }
+            break;
+        }
+        if (argv[i][0] != '-' || argv[i][1] == '\0') {
+            int rc = word(a, argv[i], &unexpected);
+            if (rc != EXIT_OK)
+                return rc;
+            optind = i + 1; /* getopt goes on after it */
+            continue;
+        }
+        /* "+": never passes over a word (we take those above). */
+        int opt = getopt_long(argc, argv, "+:", longopts, NULL);
+        if (opt == -1)
+            break;
+        if (opt < FIRST_VAL)
+            return bad_option(a->cmd, opt, argv);
+        const struct row *r = &rows[opt - FIRST_VAL];
+        if (!set(a, r, optarg)) {
+            char what[64];
+            snprintf(what, sizeof(what), "--%s", r->name);
+            return bad_value(a->cmd, r, what, optarg);
+        }
+        if (a->help)
+            return EXIT_OK;
+        given |= UINT32_C(1) << (opt - FIRST_VAL);
+    }
+
+    if (a->cmd == CTL_NONE)
+        return ctl_usage(CTL_NONE, "missing COMMAND");
+    const struct command *c = &commands[a->cmd];
+    for (size_t i = 0; i < NROWS; i++)
+        if ((given >> i & 1) && !(rows[i].commands & ON(a->cmd)))
+            return ctl_usage(a->cmd, "%s takes no --%s", c->name,
+                             rows[i].name);
+    if (c->after != NULL && (a->run == NULL || a->run[0] == NULL))
+        return ctl_usage(a->cmd, "missing -- CMD");
+    if (c->need != NULL && a->arg == NULL)
+        return ctl_usage(a->cmd, "missing %s", c->need);
+    if (unexpected != NULL)
+        return ctl_usage(a->cmd, "unexpected argument %s", unexpected);
+    return EXIT_OK;
+}
