@@ -1,8 +1,25 @@
-/* Flags and LEASED_… environment variables (see config.h). */
+/*
+ * Flags and LEASED_… environment variables (see config.h).
+ *
+ * Each option is declared once, as a row of config_options[]: its flag,
+ * its variable, its kind, the field of struct config it fills, its
+ * limits, its default, its help. Everything else is made from the rows:
+ *  1. argv: getopt_long() over a long option per row;
+ *  2. the environment: each row's variable, unless its flag was given;
+ *  3. defaults: each row that neither gave a value gets its default,
+ *     read like a value (so a default is checked as a value is);
+ *  4. --help: each row's flag, help, variable and default.
+ * set() is the one place a value is checked and stored, whatever its
+ * source; check() then applies the rules between options. The kinds
+ * carry the messages: a new option of an existing kind is one new row.
+ */
 #include "config.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -13,80 +30,145 @@
 #include "duration.h"
 #include "version.h"
 
-#define NS_PER_MS INT64_C(1000000)
-#define TTL_MIN_NS (100 * NS_PER_MS)
-#define TTL_MAX_NS (3600 * 1000 * NS_PER_MS)
+#define MS INT64_C(1000000)
+#define HOUR (3600 * 1000 * MS)
 
-static const char usage[] =
+/* Where a row's value goes: its field's offset and size (which set()
+ * checks against the row's kind). */
+#define FIELD(member)                                                      \
+    .offset = offsetof(struct config, member),                             \
+    .size = sizeof(((struct config *)NULL)->member)
+
+/* In --help's order. */
+const struct config_option config_options[] = {
+    {.name = "listen", .env = "LEASED_LISTEN", .arg = "ADDR",
+     .kind = CONFIG_ADDRS, FIELD(listen),
+     .def = "127.0.0.1:7443",
+     .help = "listen on ADDR: HOST:PORT or unix:/PATH; repeatable; port 0 "
+             "picks a free port; other than loopback only with TLS (or "
+             "--insecure)"},
+    {.name = "data-dir", .env = "LEASED_DATA_DIR", .arg = "DIR",
+     .kind = CONFIG_DIR, FIELD(data_dir),
+     .def = "./leased-data",
+     .help = "where the database and lock file live; created if missing"},
+    {.name = "ttl", .env = "LEASED_TTL", .arg = "DURATION",
+     .kind = CONFIG_DURATION, FIELD(ttl_ns), .min = 100 * MS, .max = HOUR,
+     .def = "30s", .example = "(e.g. 500ms, 30s, 1m)",
+     .help = "lease lifetime, 100ms..1h, e.g. 500ms, 30s, 1m"},
+    {.name = "log-level", .env = "LEASED_LOG_LEVEL", .arg = "LEVEL",
+     .kind = CONFIG_LOG_LEVEL, FIELD(log_level),
+     .def = "info",
+     .help = "debug, info, warn or error"},
+    {.name = "max-pending", .env = "LEASED_MAX_PENDING", .arg = "N",
+     .kind = CONFIG_SIZE, FIELD(max_pending), .min = 1, .max = 10000000,
+     .def = "65536",
+     .help = "requests queued or in progress at once; more get "
+             "RESOURCE_EXHAUSTED"},
+    {.name = "tls-cert", .env = "LEASED_TLS_CERT", .arg = "FILE",
+     .kind = CONFIG_FILE, FIELD(tls_cert),
+     .help = "PEM certificate chain: TLS 1.2+ on every TCP listener"},
+    {.name = "tls-key", .env = "LEASED_TLS_KEY", .arg = "FILE",
+     .kind = CONFIG_FILE, FIELD(tls_key),
+     .help = "PEM private key of --tls-cert"},
+    {.name = "tls-client-ca", .env = "LEASED_TLS_CLIENT_CA", .arg = "FILE",
+     .kind = CONFIG_FILE, FIELD(tls_client_ca),
+     .help = "PEM CA certificates: clients must present a certificate one "
+             "of them signed (mutual TLS)"},
+    {.name = "insecure", .env = "LEASED_INSECURE",
+     .kind = CONFIG_SWITCH, FIELD(insecure),
+     .help = "allow plaintext on non-loopback addresses (logged as a "
+             "warning)"},
+    {.name = "auth-token-file", .env = "LEASED_AUTH_TOKEN_FILE", .arg = "FILE",
+     .kind = CONFIG_FILE, FIELD(auth_token_file),
+     .help = "bearer tokens, one per line: every call needs "
+             "'authorization: Bearer TOKEN'; mode 600"},
+    {.name = "admin-token-file", .env = "LEASED_ADMIN_TOKEN_FILE",
+     .arg = "FILE",
+     .kind = CONFIG_FILE, FIELD(admin_token_file),
+     .help = "the admin service's own bearer tokens (else those of "
+             "--auth-token-file)"},
+    {.name = "socket-mode", .env = "LEASED_SOCKET_MODE", .arg = "MODE",
+     .kind = CONFIG_MODE, FIELD(socket_mode), .min = 0600, .max = 0777,
+     .def = "0660", .example = "(e.g. 660)",
+     .help = "octal mode of unix sockets"},
+    {.name = "metrics-listen", .env = "LEASED_METRICS_LISTEN", .arg = "ADDR",
+     .kind = CONFIG_HOSTPORT, FIELD(metrics_listen),
+     .help = "serve Prometheus metrics on http://ADDR/metrics (HOST:PORT, "
+             "loopback unless --insecure); off unless given"},
+    {.name = "drain-timeout", .env = "LEASED_DRAIN_TIMEOUT", .arg = "D",
+     .kind = CONFIG_DURATION, FIELD(drain_ns), .min = 100 * MS,
+     .max = 24 * HOUR,
+     .def = "5s",
+     .help = "on SIGTERM, calls in progress get this long before they are "
+             "cancelled"},
+    /* A raised floor leaves 2^62 takeovers before tokens overflow
+     * SQLite's 64-bit signed integers. */
+    {.name = "raise-token-floor", .env = "LEASED_RAISE_TOKEN_FLOOR",
+     .arg = "N",
+     .kind = CONFIG_U64, FIELD(raise_token_floor), .min = 1,
+     .max = INT64_C(1) << 62,
+     .help = "after restoring an older backup: before serving, raise every "
+             "stored token and the token floor to at least N, so every "
+             "token given is above N"},
+
+    {.name = "max-streams", .env = "LEASED_MAX_STREAMS", .arg = "N",
+     .kind = CONFIG_INT, FIELD(limits.max_streams), .min = 1, .max = 100000,
+     .def = "1024",
+     .section = "Limits (per connection unless said; see "
+                "docs/operations.md):",
+     .help = "calls in progress at once"},
+    {.name = "max-metadata-size", .env = "LEASED_MAX_METADATA_SIZE",
+     .arg = "BYTES",
+     .kind = CONFIG_INT, FIELD(limits.max_metadata_bytes), .min = 1024,
+     .max = 1 << 20,
+     .def = "16384",
+     .help = "of a call's headers"},
+    {.name = "keepalive-min-time", .env = "LEASED_KEEPALIVE_MIN_TIME",
+     .arg = "D",
+     .kind = CONFIG_DURATION, FIELD(limits.keepalive_min_ns),
+     .min = 100 * MS, .max = 24 * HOUR,
+     .def = "5s",
+     .help = "clients may ping no more often than this"},
+    {.name = "max-ping-strikes", .env = "LEASED_MAX_PING_STRIKES", .arg = "N",
+     .kind = CONFIG_INT, FIELD(limits.max_ping_strikes), .min = 0,
+     .max = 1000,
+     .def = "2",
+     .help = "pings too often before the connection is closed"},
+    {.name = "handshake-timeout", .env = "LEASED_HANDSHAKE_TIMEOUT",
+     .arg = "D",
+     .kind = CONFIG_DURATION, FIELD(limits.handshake_timeout_ns),
+     .min = 100 * MS, .max = 24 * HOUR,
+     .def = "10s",
+     .help = "for a new connection's TLS and HTTP/2 start"},
+    {.name = "max-connection-idle", .env = "LEASED_MAX_CONNECTION_IDLE",
+     .arg = "D",
+     .kind = CONFIG_DURATION, FIELD(limits.max_idle_ns), .min = 100 * MS,
+     .max = 24 * HOUR, .zero_is_never = true,
+     .def = "10m",
+     .help = "close a connection without calls this long; 0 never"},
+    {.name = "max-connection-age", .env = "LEASED_MAX_CONNECTION_AGE",
+     .arg = "D",
+     .kind = CONFIG_DURATION, FIELD(limits.max_age_ns), .min = 100 * MS,
+     .max = 24 * HOUR, .zero_is_never = true,
+     .def = "0",
+     .help = "close a connection this old (calls in progress get 10s); "
+             "0 never"},
+};
+
+#define NOPTIONS (sizeof(config_options) / sizeof(config_options[0]))
+const size_t config_noptions = NOPTIONS;
+
+static const char intro[] =
     "Usage: leased [FLAGS]\n"
     "\n"
     "A lease service: serves mecatl.driver.v1.SessionLeaseService\n"
     "(Acquire, Renew, Release) over gRPC, with fencing tokens kept in\n"
     "SQLite. Every flag can also be set as the environment variable shown.\n"
     "SIGHUP reloads the token file and the TLS files; SIGTERM drains.\n"
-    "\n"
-    "  --listen ADDR        listen on ADDR: HOST:PORT or unix:/PATH;\n"
-    "                       repeatable; port 0 picks a free port; other\n"
-    "                       than loopback only with TLS (or --insecure)\n"
-    "                       [LEASED_LISTEN, comma-separated;\n"
-    "                       default 127.0.0.1:7443]\n"
-    "  --data-dir DIR       where the database and lock file live; created\n"
-    "                       if missing [LEASED_DATA_DIR; default ./leased-data]\n"
-    "  --ttl DURATION       lease lifetime, 100ms..1h, e.g. 500ms, 30s, 1m\n"
-    "                       [LEASED_TTL; default 30s]\n"
-    "  --log-level LEVEL    debug, info, warn or error\n"
-    "                       [LEASED_LOG_LEVEL; default info]\n"
-    "  --max-pending N      requests queued or in progress at once; more get\n"
-    "                       RESOURCE_EXHAUSTED [LEASED_MAX_PENDING;\n"
-    "                       default 65536]\n"
-    "  --tls-cert FILE      PEM certificate chain: TLS 1.2+ on every TCP\n"
-    "                       listener [LEASED_TLS_CERT]\n"
-    "  --tls-key FILE       PEM private key of --tls-cert [LEASED_TLS_KEY]\n"
-    "  --tls-client-ca FILE PEM CA certificates: clients must present a\n"
-    "                       certificate one of them signed (mutual TLS)\n"
-    "                       [LEASED_TLS_CLIENT_CA]\n"
-    "  --insecure           allow plaintext on non-loopback addresses\n"
-    "                       (logged as a warning) [LEASED_INSECURE=1]\n"
-    "  --auth-token-file F  bearer tokens, one per line: every call needs\n"
-    "                       'authorization: Bearer TOKEN'; mode 600\n"
-    "                       [LEASED_AUTH_TOKEN_FILE]\n"
-    "  --admin-token-file F the admin service's own bearer tokens (else\n"
-    "                       those of --auth-token-file)\n"
-    "                       [LEASED_ADMIN_TOKEN_FILE]\n"
-    "  --socket-mode MODE   octal mode of unix sockets\n"
-    "                       [LEASED_SOCKET_MODE; default 0660]\n"
-    "  --metrics-listen ADDR  serve Prometheus metrics on http://ADDR/metrics\n"
-    "                       (HOST:PORT, loopback unless --insecure)\n"
-    "                       [LEASED_METRICS_LISTEN; default off]\n"
-    "  --drain-timeout D    on SIGTERM, calls in progress get this long\n"
-    "                       before they are cancelled\n"
-    "                       [LEASED_DRAIN_TIMEOUT; default 5s]\n"
-    "  --raise-token-floor N  after restoring an older backup: before\n"
-    "                       serving, raise every stored token and the\n"
-    "                       token floor to at least N, so every token\n"
-    "                       given is above N [LEASED_RAISE_TOKEN_FLOOR]\n"
-    "\n"
-    "Limits (per connection unless said; see docs/operations.md):\n"
-    "  --max-streams N      calls in progress at once [LEASED_MAX_STREAMS;\n"
-    "                       default 1024]\n"
-    "  --max-metadata-size BYTES  of a call's headers\n"
-    "                       [LEASED_MAX_METADATA_SIZE; default 16384]\n"
-    "  --keepalive-min-time D  clients may ping no more often than this\n"
-    "                       [LEASED_KEEPALIVE_MIN_TIME; default 5s]\n"
-    "  --max-ping-strikes N pings too often before the connection is\n"
-    "                       closed [LEASED_MAX_PING_STRIKES; default 2]\n"
-    "  --handshake-timeout D  for a new connection's TLS and HTTP/2\n"
-    "                       start [LEASED_HANDSHAKE_TIMEOUT; default 10s]\n"
-    "  --max-connection-idle D  close a connection without calls this long;\n"
-    "                       0 never [LEASED_MAX_CONNECTION_IDLE; default 10m]\n"
-    "  --max-connection-age D  close a connection this old (calls in\n"
-    "                       progress get 10s); 0 never\n"
-    "                       [LEASED_MAX_CONNECTION_AGE; default 0]\n"
-    "\n"
-    "  --help               print this and exit\n"
-    "  --version            print the version and exit\n";
+    "\n";
 
-static int fail(char *errmsg, size_t len, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static int
+fail(char *errmsg, size_t len, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -95,227 +177,285 @@ static int fail(char *errmsg, size_t len, const char *fmt, ...)
     return CONFIG_ERROR;
 }
 
-/* Applies one option; `what` names it for messages ("--ttl 50ms",
- * "LEASED_TTL=50ms"). */
-static int set_option(struct config *cfg, int opt, const char *val,
-                      const char *what, char *errmsg, size_t len)
+/* Digits only (no sign, no space) in base 10 or 8, within min..max. */
+static bool read_number(const char *val, int base, int64_t min, int64_t max,
+                        int64_t *n)
 {
+    if (val[0] < '0' || val[0] > '9')
+        return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(val, &end, base);
+    if (*end != '\0' || errno != 0 || v < (unsigned long long)min ||
+        v > (unsigned long long)max)
+        return false;
+    *n = (int64_t)v;
+    return true;
+}
+
+/* ns in the largest unit that divides it: "100ms", "24h". */
+static const char *duration_text(char *buf, size_t len, int64_t ns)
+{
+    static const struct {
+        const char *unit;
+        int64_t ns;
+    } units[] = {{"h", HOUR}, {"m", 60000 * MS}, {"s", 1000 * MS},
+                 {"ms", MS}};
+    size_t k = 0;
+    while (k + 1 < sizeof(units) / sizeof(units[0]) && ns % units[k].ns != 0)
+        k++;
+    snprintf(buf, len, "%" PRId64 "%s", ns / units[k].ns, units[k].unit);
+    return buf;
+}
+
+/* Checks val and stores it in o's field (val is borrowed for as long as
+ * cfg is used). `what` names it for messages ("--ttl 50ms",
+ * "LEASED_TTL=50ms"). */
+static int set(struct config *cfg, const struct config_option *o,
+               const char *val, const char *what, char *errmsg, size_t len)
+{
+    static const size_t field_size[] = {
+        [CONFIG_ADDRS] = sizeof(cfg->listen),
+        [CONFIG_HOSTPORT] = sizeof(const char *),
+        [CONFIG_FILE] = sizeof(const char *),
+        [CONFIG_DIR] = sizeof(const char *),
+        [CONFIG_SWITCH] = sizeof(bool),
+        [CONFIG_INT] = sizeof(int),
+        [CONFIG_SIZE] = sizeof(size_t),
+        [CONFIG_U64] = sizeof(uint64_t),
+        [CONFIG_DURATION] = sizeof(int64_t),
+        [CONFIG_MODE] = sizeof(unsigned),
+        [CONFIG_LOG_LEVEL] = sizeof(enum log_level),
+    };
+    assert(o->size == field_size[o->kind]); /* the row's kind fits */
+    void *field = (char *)cfg + o->offset;
+    bool plaintext_ok;
     char why[200];
-    switch (opt) {
-    case 'l': {
+    int64_t n;
+    switch (o->kind) {
+    case CONFIG_ADDRS:
         if (cfg->nlisten == CONFIG_MAX_LISTEN)
             return fail(errmsg, len, "%s: at most %d addresses", what,
                         CONFIG_MAX_LISTEN);
-        bool plaintext_ok;
         if (addr_check(val, &plaintext_ok, why, sizeof(why)) != 0)
             return fail(errmsg, len, "%s: %s", what, why);
         cfg->listen[cfg->nlisten++] = val;
         return CONFIG_OK;
-    }
-    case 'm': {
-        bool plaintext_ok;
+    case CONFIG_HOSTPORT:
         if (addr_check(val, &plaintext_ok, why, sizeof(why)) != 0 ||
             strncmp(val, "unix:", 5) == 0)
             return fail(errmsg, len, "%s: want HOST:PORT", what);
-        cfg->metrics_listen = val;
+        *(const char **)field = val;
         return CONFIG_OK;
-    }
-    case 'C':
-    case 'K':
-    case 'A':
-    case 'T':
-    case 'U':
+    case CONFIG_FILE:
+    case CONFIG_DIR:
         if (*val == '\0')
-            return fail(errmsg, len, "%s: empty file name", what);
-        *(opt == 'C'   ? &cfg->tls_cert
-          : opt == 'K' ? &cfg->tls_key
-          : opt == 'A' ? &cfg->tls_client_ca
-          : opt == 'T' ? &cfg->auth_token_file
-                       : &cfg->admin_token_file) = val;
+            return fail(errmsg, len, "%s: empty %s", what,
+                        o->kind == CONFIG_FILE ? "file name" : "directory");
+        *(const char **)field = val;
         return CONFIG_OK;
-    case 'I':
+    case CONFIG_SWITCH:
         if (strcmp(val, "1") == 0 || strcmp(val, "true") == 0)
-            cfg->insecure = true;
+            *(bool *)field = true;
         else if (strcmp(val, "0") == 0 || strcmp(val, "false") == 0)
-            cfg->insecure = false;
+            *(bool *)field = false;
         else
             return fail(errmsg, len, "%s: want 1 or 0", what);
         return CONFIG_OK;
-    case 'S':
-    case 'Z':
-    case 'P': {
-        static const struct {
-            int opt;
-            long long min, max;
-        } ranges[] = {{'S', 1, 100000}, {'Z', 1024, 1 << 20}, {'P', 0, 1000}};
-        size_t k = 0;
-        while (ranges[k].opt != opt)
-            k++;
-        char *end;
-        errno = 0;
-        long long n = strtoll(val, &end, 10);
-        if (*end != '\0' || errno != 0 || val[0] < '0' || val[0] > '9' ||
-            n < ranges[k].min || n > ranges[k].max)
-            return fail(errmsg, len, "%s: want %lld..%lld", what,
-                        ranges[k].min, ranges[k].max);
-        *(opt == 'S'   ? &cfg->limits.max_streams
-          : opt == 'Z' ? &cfg->limits.max_metadata_bytes
-                       : &cfg->limits.max_ping_strikes) = (int)n;
+    case CONFIG_INT:
+    case CONFIG_SIZE:
+    case CONFIG_U64:
+        assert(o->kind != CONFIG_INT || o->max <= INT_MAX);
+        if (!read_number(val, 10, o->min, o->max, &n))
+            return fail(errmsg, len, "%s: want %" PRId64 "..%" PRId64, what,
+                        o->min, o->max);
+        if (o->kind == CONFIG_INT)
+            *(int *)field = (int)n;
+        else if (o->kind == CONFIG_SIZE)
+            *(size_t *)field = (size_t)n;
+        else
+            *(uint64_t *)field = (uint64_t)n;
         return CONFIG_OK;
-    }
-    case 'k':
-    case 'H':
-    case 'i':
-    case 'a':
-    case 'D': {
-        int64_t ns = 0;
-        bool never_ok = opt == 'i' || opt == 'a';
-        bool never = never_ok && strcmp(val, "0") == 0;
-        if (!never && (duration_parse(val, &ns) != 0 ||
-                       ns < 100 * NS_PER_MS || ns > 24 * TTL_MAX_NS))
-            return fail(errmsg, len, "%s: want a duration from 100ms to 24h%s",
-                        what, never_ok ? ", or 0 for never" : "");
-        *(opt == 'k'   ? &cfg->limits.keepalive_min_ns
-          : opt == 'H' ? &cfg->limits.handshake_timeout_ns
-          : opt == 'i' ? &cfg->limits.max_idle_ns
-          : opt == 'a' ? &cfg->limits.max_age_ns
-                       : &cfg->drain_ns) = ns;
+    case CONFIG_DURATION:
+        n = 0;
+        if (!(o->zero_is_never && strcmp(val, "0") == 0) &&
+            (duration_parse(val, &n) != 0 || n < o->min || n > o->max)) {
+            char lo[24], hi[24];
+            return fail(errmsg, len, "%s: want a duration from %s to %s%s%s%s",
+                        what, duration_text(lo, sizeof(lo), o->min),
+                        duration_text(hi, sizeof(hi), o->max),
+                        o->zero_is_never ? ", or 0 for never" : "",
+                        o->example != NULL ? " " : "",
+                        o->example != NULL ? o->example : "");
+        }
+        *(int64_t *)field = n;
         return CONFIG_OK;
-    }
-    case 'M': {
-        char *end;
-        errno = 0;
-        unsigned long mode = strtoul(val, &end, 8);
-        if (*end != '\0' || errno != 0 || val[0] < '0' || val[0] > '7' ||
-            mode > 0777 || (mode & 0600) != 0600)
+    case CONFIG_MODE:
+        /* From 600 to 777 is the same as: the owner may read and write. */
+        if (!read_number(val, 8, o->min, o->max, &n))
             return fail(errmsg, len,
-                        "%s: want an octal mode from 600 to 777 that lets "
-                        "the owner read and write (e.g. 660)",
-                        what);
-        cfg->socket_mode = (unsigned)mode;
+                        "%s: want an octal mode from %o to %o that lets the "
+                        "owner read and write%s%s",
+                        what, (unsigned)o->min, (unsigned)o->max,
+                        o->example != NULL ? " " : "",
+                        o->example != NULL ? o->example : "");
+        *(unsigned *)field = (unsigned)n;
         return CONFIG_OK;
-    }
-    case 'd':
-        if (*val == '\0')
-            return fail(errmsg, len, "%s: empty directory", what);
-        cfg->data_dir = val;
-        return CONFIG_OK;
-    case 't':
-        if (duration_parse(val, &cfg->ttl_ns) != 0 ||
-            cfg->ttl_ns < TTL_MIN_NS || cfg->ttl_ns > TTL_MAX_NS)
-            return fail(errmsg, len,
-                        "%s: want a duration from 100ms to 1h "
-                        "(e.g. 500ms, 30s, 1m)",
-                        what);
-        return CONFIG_OK;
-    case 'v':
-        if (log_parse_level(val, &cfg->log_level) != 0)
+    case CONFIG_LOG_LEVEL:
+        if (log_parse_level(val, field) != 0)
             return fail(errmsg, len, "%s: want debug, info, warn or error",
                         what);
         return CONFIG_OK;
-    case 'p':
-    case 'F': {
-        /* A raised floor leaves 2^62 takeovers before tokens overflow
-         * SQLite's 64-bit signed integers. */
-        unsigned long long max = opt == 'p' ? 10000000 : 1ULL << 62;
-        char *end;
-        errno = 0;
-        unsigned long long n = strtoull(val, &end, 10);
-        if (*end != '\0' || errno != 0 || n < 1 || n > max ||
-            val[0] < '0' || val[0] > '9')
-            return fail(errmsg, len, "%s: want 1..%llu", what, max);
-        if (opt == 'p')
-            cfg->max_pending = (size_t)n;
-        else
-            cfg->raise_token_floor = n;
-        return CONFIG_OK;
     }
-    }
+    assert(!"a kind set() does not know");
     return fail(errmsg, len, "%s: unknown option", what);
 }
 
-static const struct option long_options[] = {
-    {"listen", required_argument, NULL, 'l'},
-    {"data-dir", required_argument, NULL, 'd'},
-    {"ttl", required_argument, NULL, 't'},
-    {"log-level", required_argument, NULL, 'v'},
-    {"max-pending", required_argument, NULL, 'p'},
-    {"tls-cert", required_argument, NULL, 'C'},
-    {"tls-key", required_argument, NULL, 'K'},
-    {"tls-client-ca", required_argument, NULL, 'A'},
-    {"insecure", no_argument, NULL, 'I'},
-    {"auth-token-file", required_argument, NULL, 'T'},
-    {"admin-token-file", required_argument, NULL, 'U'},
-    {"socket-mode", required_argument, NULL, 'M'},
-    {"max-streams", required_argument, NULL, 'S'},
-    {"max-metadata-size", required_argument, NULL, 'Z'},
-    {"keepalive-min-time", required_argument, NULL, 'k'},
-    {"max-ping-strikes", required_argument, NULL, 'P'},
-    {"handshake-timeout", required_argument, NULL, 'H'},
-    {"max-connection-idle", required_argument, NULL, 'i'},
-    {"max-connection-age", required_argument, NULL, 'a'},
-    {"drain-timeout", required_argument, NULL, 'D'},
-    {"metrics-listen", required_argument, NULL, 'm'},
-    {"raise-token-floor", required_argument, NULL, 'F'},
-    {"help", no_argument, NULL, 'h'},
-    {"version", no_argument, NULL, 'V'},
-    {NULL, 0, NULL, 0},
-};
-
-static const struct {
-    const char *env;
-    int opt;
-} env_options[] = {
-    {"LEASED_DATA_DIR", 'd'},
-    {"LEASED_TTL", 't'},
-    {"LEASED_LOG_LEVEL", 'v'},
-    {"LEASED_MAX_PENDING", 'p'},
-    {"LEASED_TLS_CERT", 'C'},
-    {"LEASED_TLS_KEY", 'K'},
-    {"LEASED_TLS_CLIENT_CA", 'A'},
-    {"LEASED_INSECURE", 'I'},
-    {"LEASED_AUTH_TOKEN_FILE", 'T'},
-    {"LEASED_ADMIN_TOKEN_FILE", 'U'},
-    {"LEASED_SOCKET_MODE", 'M'},
-    {"LEASED_MAX_STREAMS", 'S'},
-    {"LEASED_MAX_METADATA_SIZE", 'Z'},
-    {"LEASED_KEEPALIVE_MIN_TIME", 'k'},
-    {"LEASED_MAX_PING_STRIKES", 'P'},
-    {"LEASED_HANDSHAKE_TIMEOUT", 'H'},
-    {"LEASED_MAX_CONNECTION_IDLE", 'i'},
-    {"LEASED_MAX_CONNECTION_AGE", 'a'},
-    {"LEASED_DRAIN_TIMEOUT", 'D'},
-    {"LEASED_METRICS_LISTEN", 'm'},
-    {"LEASED_RAISE_TOKEN_FLOOR", 'F'},
-};
-
-/* Options whose flag was not given come from the environment. */
-static int parse_env(struct config *cfg, const bool *given, char *errmsg,
-                     size_t len)
+/* Sets o from its variable's value val. A list is split at commas in a
+ * copy, cfg->listen_env (the environment is not ours to change). */
+static int set_from_env(struct config *cfg, const struct config_option *o,
+                        const char *val, char *errmsg, size_t len)
 {
     char what[64];
-    for (size_t i = 0; i < sizeof(env_options) / sizeof(env_options[0]); i++) {
-        const char *val = getenv(env_options[i].env);
-        if (val == NULL || given[env_options[i].opt])
-            continue;
-        snprintf(what, sizeof(what), "%s=%.30s", env_options[i].env, val);
-        if (set_option(cfg, env_options[i].opt, val, what, errmsg, len) !=
-            CONFIG_OK)
-            return CONFIG_ERROR;
+    if (o->kind != CONFIG_ADDRS) {
+        snprintf(what, sizeof(what), "%s=%.30s", o->env, val);
+        return set(cfg, o, val, what, errmsg, len);
     }
-    const char *listen = getenv("LEASED_LISTEN");
-    if (listen == NULL || given['l'])
-        return CONFIG_OK;
-    if (strlen(listen) >= sizeof(cfg->listen_env))
-        return fail(errmsg, len, "LEASED_LISTEN: too long");
-    strcpy(cfg->listen_env, listen);
+    if (strlen(val) >= sizeof(cfg->listen_env))
+        return fail(errmsg, len, "%s: too long", o->env);
+    strcpy(cfg->listen_env, val);
     char *save = NULL;
     for (char *a = strtok_r(cfg->listen_env, ",", &save); a != NULL;
          a = strtok_r(NULL, ",", &save)) {
-        snprintf(what, sizeof(what), "LEASED_LISTEN=%.40s", a);
-        if (set_option(cfg, 'l', a, what, errmsg, len) != CONFIG_OK)
+        snprintf(what, sizeof(what), "%s=%.40s", o->env, a);
+        if (set(cfg, o, a, what, errmsg, len) != CONFIG_OK)
             return CONFIG_ERROR;
     }
+    return CONFIG_OK;
+}
+
+/* Sets o from a flag's value, or from its default (named as the flag). */
+static int set_as_flag(struct config *cfg, const struct config_option *o,
+                       const char *val, char *errmsg, size_t len)
+{
+    char what[600];
+    snprintf(what, sizeof(what), "--%s %s", o->name, val);
+    return set(cfg, o, val, what, errmsg, len);
+}
+
+enum { HELP_INDENT = 22, HELP_WIDTH = 79 };
+
+/* Writes " WORD" (n bytes of w) at column *col, or first a new line if it
+ * would pass HELP_WIDTH. */
+static void put_word(FILE *out, int *col, const char *w, int n)
+{
+    if (*col > HELP_INDENT && *col + 1 + n > HELP_WIDTH) {
+        fprintf(out, "\n%*s", HELP_INDENT, "");
+        *col = HELP_INDENT;
+    }
+    *col += fprintf(out, " %.*s", n, w);
+}
+
+/* One entry of --help: the flag, then the words of text and then note,
+ * which is kept whole, in a column of their own. */
+static void print_entry(FILE *out, const char *flag, const char *text,
+                        const char *note)
+{
+    int col = fprintf(out, "  %-*s", HELP_INDENT - 2, flag);
+    if (col > HELP_INDENT)
+        col += fprintf(out, " "); /* two spaces after a long flag */
+    for (text += strspn(text, " "); *text != '\0';
+         text += strspn(text, " ")) {
+        int n = (int)strcspn(text, " ");
+        put_word(out, &col, text, n);
+        text += n;
+    }
+    if (note != NULL)
+        put_word(out, &col, note, (int)strlen(note));
+    fputc('\n', out);
+}
+
+/* --help, from the table. */
+static void usage(FILE *out)
+{
+    fputs(intro, out);
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const struct config_option *o = &config_options[i];
+        if (o->section != NULL)
+            fprintf(out, "\n%s\n", o->section);
+        char flag[64], note[128];
+        snprintf(flag, sizeof(flag), "--%s%s%s", o->name,
+                 o->arg != NULL ? " " : "", o->arg != NULL ? o->arg : "");
+        snprintf(note, sizeof(note), "[%s%s%s%s]", o->env,
+                 o->kind == CONFIG_ADDRS    ? ", comma-separated"
+                 : o->kind == CONFIG_SWITCH ? "=1"
+                                            : "",
+                 o->def != NULL ? "; default " : "",
+                 o->def != NULL ? o->def : "");
+        print_entry(out, flag, o->help, note);
+    }
+    fputc('\n', out);
+    print_entry(out, "--help", "print this and exit", NULL);
+    print_entry(out, "--version", "print the version and exit", NULL);
+}
+
+/* What getopt_long() returns for --help, --version and row i (OPT_ROW +
+ * i): above any character, so that a short flag's optopt never looks
+ * like one of them, and one each, since glibc takes a prefix of several
+ * long options that return the same for the first ("--max"). */
+enum { OPT_HELP = 256, OPT_VERSION, OPT_ROW };
+
+/* The flags of argv, in order; given[i] is set for each row given. */
+static int parse_argv(struct config *cfg, int argc, char **argv,
+                      bool *given, char *errmsg, size_t len)
+{
+    struct option longopts[NOPTIONS + 3];
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const struct config_option *o = &config_options[i];
+        int has_arg = o->kind == CONFIG_SWITCH ? no_argument
+                                               : required_argument;
+        longopts[i] =
+            (struct option){o->name, has_arg, NULL, OPT_ROW + (int)i};
+    }
+    longopts[NOPTIONS] = (struct option){"help", no_argument, NULL, OPT_HELP};
+    longopts[NOPTIONS + 1] =
+        (struct option){"version", no_argument, NULL, OPT_VERSION};
+    longopts[NOPTIONS + 2] = (struct option){NULL, 0, NULL, 0};
+
+    optind = 0; /* glibc: forget everything of a previous parse */
+    opterr = 0;
+    int opt;
+    while ((opt = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+        const char *arg = argv[optind - 1];
+        switch (opt) {
+        case OPT_HELP:
+            usage(stdout);
+            return CONFIG_EXIT;
+        case OPT_VERSION:
+            printf("leased %s\n", LEASED_VERSION);
+            return CONFIG_EXIT;
+        case ':':
+            return fail(errmsg, len, "%s needs a value (see --help)", arg);
+        case '?':
+            if (optopt >= OPT_HELP) /* "--insecure=1" */
+                return fail(errmsg, len, "%.*s takes no value (see --help)",
+                            (int)strcspn(arg, "="), arg);
+            if (optopt != 0) /* a short flag, maybe inside "-xy" */
+                return fail(errmsg, len, "unknown flag -%c (see --help)",
+                            optopt);
+            return fail(errmsg, len, "unknown flag %s (see --help)", arg);
+        default:
+            assert(opt >= OPT_ROW && opt < OPT_ROW + (int)NOPTIONS);
+            given[opt - OPT_ROW] = true;
+            if (set_as_flag(cfg, &config_options[opt - OPT_ROW],
+                            optarg != NULL ? optarg : "1", errmsg,
+                            len) != CONFIG_OK)
+                return CONFIG_ERROR;
+        }
+    }
+    if (optind < argc)
+        return fail(errmsg, len, "unexpected argument %s (see --help)",
+                    argv[optind]);
     return CONFIG_OK;
 }
 
@@ -353,58 +493,26 @@ int config_parse(struct config *cfg, int argc, char **argv, char *errmsg,
                  size_t len)
 {
     memset(cfg, 0, sizeof(*cfg));
-    cfg->data_dir = "./leased-data";
-    cfg->ttl_ns = 30 * 1000 * NS_PER_MS;
-    cfg->log_level = LOG_INFO;
-    cfg->max_pending = 65536;
-    cfg->socket_mode = 0660;
-    cfg->drain_ns = 5000 * NS_PER_MS;
-    cfg->limits = (struct config_limits){
-        .max_streams = 1024,
-        .max_metadata_bytes = 16384,
-        .keepalive_min_ns = 5000 * NS_PER_MS,
-        .max_ping_strikes = 2,
-        .handshake_timeout_ns = 10000 * NS_PER_MS,
-        .max_idle_ns = 600000 * NS_PER_MS,
-        .max_age_ns = 0,
-    };
-
-    bool given[128] = {false};
-    optind = 0; /* glibc: forget everything of a previous parse */
-    opterr = 0;
-    int opt, index = 0;
-    while ((opt = getopt_long(argc, argv, ":", long_options, &index)) != -1) {
-        const char *arg = argv[optind - 1];
-        char what[600];
-        switch (opt) {
-        case 'h':
-            fputs(usage, stdout);
-            return CONFIG_EXIT;
-        case 'V':
-            printf("leased %s\n", LEASED_VERSION);
-            return CONFIG_EXIT;
-        case ':':
-            return fail(errmsg, len, "%s needs a value (see --help)", arg);
-        case '?':
-            if (optopt != 0) /* a short flag, maybe inside "-xy" */
-                return fail(errmsg, len, "unknown flag -%c (see --help)",
-                            optopt);
-            return fail(errmsg, len, "unknown flag %s (see --help)", arg);
-        default:
-            given[opt] = true;
-            snprintf(what, sizeof(what), "--%s %s", long_options[index].name,
-                     optarg != NULL ? optarg : "");
-            if (set_option(cfg, opt, optarg != NULL ? optarg : "1", what,
-                           errmsg, len) != CONFIG_OK)
-                return CONFIG_ERROR;
-        }
+    bool given[NOPTIONS] = {false}; /* by its flag or its variable */
+    int rc = parse_argv(cfg, argc, argv, given, errmsg, len);
+    if (rc != CONFIG_OK)
+        return rc;
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const struct config_option *o = &config_options[i];
+        const char *val = getenv(o->env);
+        if (val == NULL || given[i])
+            continue;
+        given[i] = true;
+        if (set_from_env(cfg, o, val, errmsg, len) != CONFIG_OK)
+            return CONFIG_ERROR;
     }
-    if (optind < argc)
-        return fail(errmsg, len, "unexpected argument %s (see --help)",
-                    argv[optind]);
-    if (parse_env(cfg, given, errmsg, len) != CONFIG_OK)
-        return CONFIG_ERROR;
-    if (cfg->nlisten == 0)
-        cfg->listen[cfg->nlisten++] = "127.0.0.1:7443";
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const struct config_option *o = &config_options[i];
+        /* A list is empty also when its variable held only commas. */
+        bool empty = o->kind == CONFIG_ADDRS ? cfg->nlisten == 0 : !given[i];
+        if (o->def != NULL && empty &&
+            set_as_flag(cfg, o, o->def, errmsg, len) != CONFIG_OK)
+            return CONFIG_ERROR; /* a bad default: test_config says which */
+    }
     return check(cfg, errmsg, len);
 }

@@ -52,4 +52,44 @@ enum config_result {
 int config_parse(struct config *cfg, int argc, char **argv, char *errmsg,
                  size_t errmsg_len);
 
+/* What an option takes, and so how its value is read and stored. */
+enum config_kind {
+    CONFIG_ADDRS,     /* listen[] and nlisten: HOST:PORT or unix:/PATH,
+                         repeatable; the variable is comma-separated */
+    CONFIG_HOSTPORT,  /* const char *: HOST:PORT */
+    CONFIG_FILE,      /* const char *: a file name, not empty */
+    CONFIG_DIR,       /* const char *: a directory, not empty */
+    CONFIG_SWITCH,    /* bool: the flag takes no value; the variable is
+                         1, true, 0 or false */
+    CONFIG_INT,       /* int: decimal, min..max */
+    CONFIG_SIZE,      /* size_t: decimal, min..max */
+    CONFIG_U64,       /* uint64_t: decimal, min..max */
+    CONFIG_DURATION,  /* int64_t, ns: min..max as duration_parse() reads
+                         it, or "0" if zero_is_never */
+    CONFIG_MODE,      /* unsigned: octal, min..max */
+    CONFIG_LOG_LEVEL, /* enum log_level: debug, info, warn or error */
+};
+
+/* One option. config_options[] has one row for each, and config_parse()
+ * reads argv, the environment, the defaults and writes --help from the
+ * rows alone; docs/operations.md's flag tables list the same options
+ * (tests/unit/test_config.c holds them to it). All strings static. */
+struct config_option {
+    const char *name;     /* the flag, without "--" */
+    const char *env;      /* its environment variable */
+    enum config_kind kind;
+    size_t offset, size;  /* of the field it fills in struct config */
+    int64_t min, max;     /* the range of numbers; of durations, in ns */
+    bool zero_is_never;   /* durations: "0" is taken too, for never */
+    const char *def;      /* the default, read as a value would be;
+                             NULL: the field stays 0 (NULL, false) */
+    const char *arg;      /* the value's name in --help; NULL: none */
+    const char *help;     /* one line for --help, which wraps it */
+    const char *example;  /* ends the message about a bad value; or NULL */
+    const char *section;  /* --help: a heading before the row, or NULL */
+};
+
+extern const struct config_option config_options[];
+extern const size_t config_noptions;
+
 #endif

@@ -1,5 +1,8 @@
-/* Configuration: durations, listen addresses, flags and environment. */
+/* Configuration: durations, listen addresses, flags and environment,
+ * and the table of options (daemon/config.c) against its users: every
+ * row reachable by flag and variable, --help and docs/operations.md. */
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "addr.h"
@@ -48,10 +51,17 @@ static int parse(struct config *cfg, char **argv)
     return config_parse(cfg, argc, argv, err, sizeof(err));
 }
 
+/* So that the runner's LEASED_… variables change nothing. */
+static void clear_env(void)
+{
+    for (size_t i = 0; i < config_noptions; i++)
+        unsetenv(config_options[i].env);
+}
+
+/* Every field, as docs/operations.md gives its default. */
 TEST(defaults)
 {
-    unsetenv("LEASED_LISTEN");
-    unsetenv("LEASED_TTL");
+    clear_env();
     struct config cfg;
     char *argv[] = {"leased", NULL};
     CHECK_EQ_I64(parse(&cfg, argv), CONFIG_OK);
@@ -59,7 +69,28 @@ TEST(defaults)
     CHECK_STR(cfg.listen[0], "127.0.0.1:7443");
     CHECK_STR(cfg.data_dir, "./leased-data");
     CHECK_EQ_I64(cfg.ttl_ns, 30000 * MS);
+    CHECK_EQ_I64(cfg.log_level, LOG_INFO);
+    CHECK_EQ_U64(cfg.max_pending, 65536);
+    CHECK(cfg.tls_cert == NULL && cfg.tls_key == NULL);
+    CHECK(cfg.tls_client_ca == NULL && !cfg.insecure);
+    CHECK(cfg.auth_token_file == NULL && cfg.admin_token_file == NULL);
+    CHECK_EQ_I64(cfg.socket_mode, 0660);
+    CHECK_EQ_I64(cfg.drain_ns, 5000 * MS);
+    CHECK(cfg.metrics_listen == NULL);
     CHECK_EQ_U64(cfg.raise_token_floor, 0);
+    CHECK_EQ_I64(cfg.limits.max_streams, 1024);
+    CHECK_EQ_I64(cfg.limits.max_metadata_bytes, 16384);
+    CHECK_EQ_I64(cfg.limits.keepalive_min_ns, 5000 * MS);
+    CHECK_EQ_I64(cfg.limits.max_ping_strikes, 2);
+    CHECK_EQ_I64(cfg.limits.handshake_timeout_ns, 10000 * MS);
+    CHECK_EQ_I64(cfg.limits.max_idle_ns, 600000 * MS);
+    CHECK_EQ_I64(cfg.limits.max_age_ns, 0);
+    /* A list variable with no address in it leaves the default. */
+    setenv("LEASED_LISTEN", ",,", 1);
+    CHECK_EQ_I64(parse(&cfg, argv), CONFIG_OK);
+    CHECK_EQ_I64(cfg.nlisten, 1);
+    CHECK_STR(cfg.listen[0], "127.0.0.1:7443");
+    unsetenv("LEASED_LISTEN");
 }
 
 TEST(raise_token_floor)
@@ -202,6 +233,351 @@ TEST(socket_mode)
     }
 }
 
+static const struct config_option *find(const char *name)
+{
+    for (size_t i = 0; i < config_noptions; i++)
+        if (strcmp(config_options[i].name, name) == 0)
+            return &config_options[i];
+    return NULL;
+}
+
+static bool tried[64]; /* by row, in every_option_by_flag_and_variable */
+
+/* Parses `--name value` (`--name` for a switch) into c[0] and
+ * env=value into c[1]: both must pass. Then env broken beside the flag:
+ * alone it must fail, naming the variable; the flag must win over it. */
+static bool both(struct config c[2], const char *name, const char *env,
+                 const char *value)
+{
+    const struct config_option *o = find(name);
+    if (o == NULL || strcmp(o->env, env) != 0) {
+        fprintf(stderr, "no row --%s with %s\n", name, env);
+        return false;
+    }
+    tried[o - config_options] = true;
+    char flag[64], err[256];
+    snprintf(flag, sizeof(flag), "--%s", name);
+    char *by_flag[] = {"leased", flag,
+                       o->kind == CONFIG_SWITCH ? NULL : (char *)value, NULL};
+    char *none[] = {"leased", NULL};
+    bool ok = parse(&c[0], by_flag) == CONFIG_OK;
+    setenv(env, value, 1);
+    ok = parse(&c[1], none) == CONFIG_OK && ok;
+    /* An empty value is wrong for every kind but a list, which is then
+     * empty. */
+    setenv(env, o->kind == CONFIG_ADDRS ? "bad" : "", 1);
+    struct config other;
+    ok = config_parse(&other, 1, none, err, sizeof(err)) == CONFIG_ERROR &&
+         strncmp(err, env, strlen(env)) == 0 && ok;
+    ok = parse(&other, by_flag) == CONFIG_OK && ok;
+    unsetenv(env);
+    if (!ok)
+        fprintf(stderr, "--%s / %s=%s: %s\n", name, env, value, err);
+    return ok;
+}
+
+/* Each option by its flag and by its variable, with a value other than
+ * its default, lands in its own field: written out here, not read from
+ * the table, so that a wrong name, variable or field fails. */
+TEST(every_option_by_flag_and_variable)
+{
+    clear_env();
+    CHECK(config_noptions <= sizeof(tried) / sizeof(tried[0]));
+    memset(tried, 0, sizeof(tried));
+    struct config c[2];
+    CHECK(both(c, "listen", "LEASED_LISTEN", "unix:/tmp/t.sock"));
+    CHECK(c[0].nlisten == 1 && c[1].nlisten == 1);
+    CHECK_STR(c[0].listen[0], "unix:/tmp/t.sock");
+    CHECK_STR(c[1].listen[0], "unix:/tmp/t.sock");
+    CHECK(both(c, "data-dir", "LEASED_DATA_DIR", "/var/lib/leased"));
+    CHECK_STR(c[0].data_dir, "/var/lib/leased");
+    CHECK_STR(c[1].data_dir, "/var/lib/leased");
+    CHECK(both(c, "ttl", "LEASED_TTL", "1m"));
+    CHECK(c[0].ttl_ns == 60000 * MS && c[1].ttl_ns == 60000 * MS);
+    CHECK(both(c, "log-level", "LEASED_LOG_LEVEL", "debug"));
+    CHECK(c[0].log_level == LOG_DEBUG && c[1].log_level == LOG_DEBUG);
+    CHECK(both(c, "max-pending", "LEASED_MAX_PENDING", "7"));
+    CHECK(c[0].max_pending == 7 && c[1].max_pending == 7);
+    setenv("LEASED_TLS_KEY", "k", 1); /* they go together */
+    CHECK(both(c, "tls-cert", "LEASED_TLS_CERT", "c"));
+    CHECK_STR(c[0].tls_cert, "c");
+    CHECK_STR(c[1].tls_cert, "c");
+    unsetenv("LEASED_TLS_KEY");
+    setenv("LEASED_TLS_CERT", "c", 1);
+    CHECK(both(c, "tls-key", "LEASED_TLS_KEY", "k"));
+    CHECK_STR(c[0].tls_key, "k");
+    CHECK_STR(c[1].tls_key, "k");
+    setenv("LEASED_TLS_KEY", "k", 1);
+    CHECK(both(c, "tls-client-ca", "LEASED_TLS_CLIENT_CA", "ca"));
+    CHECK_STR(c[0].tls_client_ca, "ca");
+    CHECK_STR(c[1].tls_client_ca, "ca");
+    unsetenv("LEASED_TLS_CERT");
+    unsetenv("LEASED_TLS_KEY");
+    CHECK(both(c, "insecure", "LEASED_INSECURE", "true"));
+    CHECK(c[0].insecure && c[1].insecure);
+    CHECK(both(c, "auth-token-file", "LEASED_AUTH_TOKEN_FILE", "/t"));
+    CHECK_STR(c[0].auth_token_file, "/t");
+    CHECK_STR(c[1].auth_token_file, "/t");
+    CHECK(both(c, "admin-token-file", "LEASED_ADMIN_TOKEN_FILE", "/a"));
+    CHECK_STR(c[0].admin_token_file, "/a");
+    CHECK_STR(c[1].admin_token_file, "/a");
+    CHECK(both(c, "socket-mode", "LEASED_SOCKET_MODE", "600"));
+    CHECK(c[0].socket_mode == 0600 && c[1].socket_mode == 0600);
+    CHECK(both(c, "metrics-listen", "LEASED_METRICS_LISTEN", "[::1]:9464"));
+    CHECK_STR(c[0].metrics_listen, "[::1]:9464");
+    CHECK_STR(c[1].metrics_listen, "[::1]:9464");
+    CHECK(both(c, "drain-timeout", "LEASED_DRAIN_TIMEOUT", "2s"));
+    CHECK(c[0].drain_ns == 2000 * MS && c[1].drain_ns == 2000 * MS);
+    CHECK(both(c, "raise-token-floor", "LEASED_RAISE_TOKEN_FLOOR", "9"));
+    CHECK(c[0].raise_token_floor == 9 && c[1].raise_token_floor == 9);
+    CHECK(both(c, "max-streams", "LEASED_MAX_STREAMS", "10"));
+    CHECK(c[0].limits.max_streams == 10 && c[1].limits.max_streams == 10);
+    CHECK(both(c, "max-metadata-size", "LEASED_MAX_METADATA_SIZE", "2048"));
+    CHECK(c[0].limits.max_metadata_bytes == 2048 &&
+          c[1].limits.max_metadata_bytes == 2048);
+    CHECK(both(c, "keepalive-min-time", "LEASED_KEEPALIVE_MIN_TIME", "1s"));
+    CHECK(c[0].limits.keepalive_min_ns == 1000 * MS &&
+          c[1].limits.keepalive_min_ns == 1000 * MS);
+    CHECK(both(c, "max-ping-strikes", "LEASED_MAX_PING_STRIKES", "0"));
+    CHECK(c[0].limits.max_ping_strikes == 0 &&
+          c[1].limits.max_ping_strikes == 0);
+    CHECK(both(c, "handshake-timeout", "LEASED_HANDSHAKE_TIMEOUT", "3s"));
+    CHECK(c[0].limits.handshake_timeout_ns == 3000 * MS &&
+          c[1].limits.handshake_timeout_ns == 3000 * MS);
+    CHECK(both(c, "max-connection-idle", "LEASED_MAX_CONNECTION_IDLE", "0"));
+    CHECK(c[0].limits.max_idle_ns == 0 && c[1].limits.max_idle_ns == 0);
+    CHECK(both(c, "max-connection-age", "LEASED_MAX_CONNECTION_AGE", "1h"));
+    CHECK(c[0].limits.max_age_ns == 3600000 * MS &&
+          c[1].limits.max_age_ns == 3600000 * MS);
+    /* And no row went untried. */
+    for (size_t i = 0; i < config_noptions; i++) {
+        if (!tried[i])
+            fprintf(stderr, "untested option --%s\n", config_options[i].name);
+        CHECK(tried[i]);
+    }
+}
+
+/* The message of each kind, word for word as before the table. */
+TEST(messages)
+{
+    clear_env();
+    static const struct {
+        const char *args[4], *message;
+    } cases[] = {
+        {{"--metrics-listen", "unix:/m"}, "--metrics-listen unix:/m: want "
+                                          "HOST:PORT"},
+        {{"--tls-cert", ""}, "--tls-cert : empty file name"},
+        {{"--data-dir", ""}, "--data-dir : empty directory"},
+        {{"--max-streams", "0"}, "--max-streams 0: want 1..100000"},
+        {{"--max-ping-strikes=1001"}, "--max-ping-strikes 1001: want 0..1000"},
+        {{"--max-pending", "-1"}, "--max-pending -1: want 1..10000000"},
+        {{"--raise-token-floor", "0"},
+         "--raise-token-floor 0: want 1..4611686018427387904"},
+        {{"--ttl", "2h"}, "--ttl 2h: want a duration from 100ms to 1h (e.g. "
+                          "500ms, 30s, 1m)"},
+        {{"--drain-timeout", "0"},
+         "--drain-timeout 0: want a duration from 100ms to 24h"},
+        {{"--max-connection-idle", "25h"},
+         "--max-connection-idle 25h: want a duration from 100ms to 24h, or "
+         "0 for never"},
+        {{"--socket-mode", "400"},
+         "--socket-mode 400: want an octal mode from 600 to 777 that lets "
+         "the owner read and write (e.g. 660)"},
+        {{"--log-level", "loud"},
+         "--log-level loud: want debug, info, warn or error"},
+        {{"--ttl"}, "--ttl needs a value (see --help)"},
+        {{"--bogus"}, "unknown flag --bogus (see --help)"},
+        /* A prefix of one flag is that flag; of several, none. */
+        {{"--max", "5"}, "unknown flag --max (see --help)"},
+        {{"--max-pe", "0"}, "--max-pending 0: want 1..10000000"},
+        {{"--insecure=1"}, "--insecure takes no value (see --help)"},
+        {{"--ttl", "1s", "x"}, "unexpected argument x (see --help)"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *argv[6] = {"leased"};
+        int argc = 1;
+        while (argc - 1 < 4 && cases[i].args[argc - 1] != NULL) {
+            argv[argc] = (char *)cases[i].args[argc - 1];
+            argc++;
+        }
+        struct config cfg;
+        char err[256] = "";
+        CHECK_EQ_I64(config_parse(&cfg, argc, argv, err, sizeof(err)),
+                     CONFIG_ERROR);
+        CHECK_STR(err, cases[i].message);
+    }
+    char many[17 * 16] = "", *argv[2 * 17 + 1] = {"leased"};
+    for (int i = 0; i < 17; i++) {
+        argv[1 + 2 * i] = "--listen";
+        argv[2 + 2 * i] = many + 16 * i;
+        snprintf(many + 16 * i, 16, "127.0.0.1:%d", i);
+    }
+    struct config cfg;
+    char err[256] = "";
+    CHECK_EQ_I64(config_parse(&cfg, 35, argv, err, sizeof(err)),
+                 CONFIG_ERROR);
+    CHECK_STR(err, "--listen 127.0.0.1:16: at most 16 addresses");
+    CHECK_EQ_I64(config_parse(&cfg, 33, argv, err, sizeof(err)), CONFIG_OK);
+    char long_list[1100];
+    memset(long_list, 'x', sizeof(long_list) - 1);
+    long_list[sizeof(long_list) - 1] = '\0';
+    setenv("LEASED_LISTEN", long_list, 1);
+    CHECK_EQ_I64(config_parse(&cfg, 1, argv, err, sizeof(err)), CONFIG_ERROR);
+    CHECK_STR(err, "LEASED_LISTEN: too long");
+    setenv("LEASED_LISTEN", "x,127.0.0.1:1", 1);
+    CHECK_EQ_I64(config_parse(&cfg, 1, argv, err, sizeof(err)), CONFIG_ERROR);
+    CHECK(strncmp(err, "LEASED_LISTEN=x: ", 17) == 0);
+    unsetenv("LEASED_LISTEN");
+}
+
+/* What config_parse() prints for --help, caught from stdout; its runs of
+ * spaces and newlines made single spaces in *flat. */
+static bool help_text(char *text, size_t len, char *flat)
+{
+    fflush(stdout);
+    FILE *f = tmpfile();
+    int saved = dup(STDOUT_FILENO);
+    if (f == NULL || saved < 0 || dup2(fileno(f), STDOUT_FILENO) < 0)
+        return false;
+    struct config cfg;
+    char *argv[] = {"leased", "--help", NULL};
+    int rc = parse(&cfg, argv);
+    fflush(stdout);
+    dup2(saved, STDOUT_FILENO);
+    close(saved);
+    rewind(f);
+    size_t n = fread(text, 1, len - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    size_t k = 0;
+    for (const char *p = text; *p != '\0'; p++)
+        if (!(*p == ' ' || *p == '\n') ||
+            (k > 0 && flat[k - 1] != ' '))
+            flat[k++] = *p == '\n' ? ' ' : *p;
+    flat[k] = '\0';
+    return rc == CONFIG_EXIT && n < len - 1;
+}
+
+/* --help has each row, its help whole, then "[VARIABLE…; default D]",
+ * and nothing else but --help and --version, in 79 columns. */
+TEST(help_lists_every_option)
+{
+    static char text[16384], flat[16384];
+    CHECK(help_text(text, sizeof(text), flat));
+    for (size_t i = 0; i < config_noptions; i++) {
+        const struct config_option *o = &config_options[i];
+        char want[1024];
+        snprintf(want, sizeof(want), "--%s%s%s %s [%s", o->name,
+                 o->arg != NULL ? " " : "", o->arg != NULL ? o->arg : "",
+                 o->help, o->env);
+        const char *at = strstr(flat, want);
+        const char *end = at != NULL ? strchr(at, ']') : NULL;
+        if (end == NULL) {
+            fprintf(stderr, "--help lacks \"%s…]\"\n", want);
+            CHECK(end != NULL);
+            continue;
+        }
+        char def[128] = "";
+        if (o->def != NULL)
+            snprintf(def, sizeof(def), "; default %s]", o->def);
+        size_t n = strlen(def);
+        CHECK((size_t)(end + 1 - at) >= n &&
+              strncmp(end + 1 - n, def, n) == 0);
+        const char *note = at + strlen(want); /* after "[VARIABLE" */
+        CHECK(o->def != NULL ||
+              memchr(note, ';', (size_t)(end - note)) == NULL);
+    }
+    int entries = 0;
+    for (const char *line = text; *line != '\0';) {
+        size_t n = strcspn(line, "\n");
+        CHECK(n <= 79);
+        entries += strncmp(line, "  --", 4) == 0;
+        line += n + (line[n] == '\n');
+    }
+    CHECK_EQ_I64(entries, config_noptions + 2);
+    CHECK(strstr(flat, " --help print this and exit") != NULL);
+    CHECK(strstr(flat, " --version print the version and exit") != NULL);
+}
+
+/* Cell k (0 first) of a table row "| a | b | c |", trimmed, into out. */
+static void cell(const char *row, int k, char *out, size_t len)
+{
+    const char *bar = row; /* the '|' before cell k */
+    for (int i = 0; i < k && bar != NULL; i++)
+        bar = strchr(bar + 1, '|');
+    const char *end = bar != NULL ? strchr(bar + 1, '|') : NULL;
+    out[0] = '\0';
+    if (end == NULL)
+        return;
+    const char *start = bar + 1 + strspn(bar + 1, " ");
+    size_t n = (size_t)(end - start);
+    while (n > 0 && start[n - 1] == ' ')
+        n--;
+    snprintf(out, len, "%.*s", (int)n, start);
+}
+
+/* The flag tables of docs/operations.md: each row of config_options
+ * once, with its variable, its value's name and its default (or "none"
+ * or "off" when it has none); no other flag but --help and --version. */
+TEST(docs_list_every_option)
+{
+    const char *path = getenv("OPERATIONS_MD"); /* tests/meson.build */
+    FILE *f = path != NULL ? fopen(path, "r") : NULL;
+    if (f == NULL)
+        fprintf(stderr, "cannot read OPERATIONS_MD=%s\n", path ? path : "");
+    CHECK(f != NULL);
+    if (f == NULL)
+        return;
+    int seen[64] = {0};
+    CHECK(config_noptions <= sizeof(seen) / sizeof(seen[0]));
+    char row[4096];
+    while (fgets(row, sizeof(row), f) != NULL) {
+        if (strncmp(row, "| `--", 5) != 0)
+            continue;
+        char flag[256], env[256], def[256];
+        cell(row, 0, flag, sizeof(flag)); /* `--name ARG` */
+        cell(row, 1, env, sizeof(env));   /* `LEASED_X` (comma-separated) */
+        cell(row, 2, def, sizeof(def));   /* `30s`, none, off */
+        if (strcmp(flag, "`--help`, `--version`") == 0)
+            continue;
+        size_t n = strcspn(flag + 3, " `");
+        char name[128];
+        snprintf(name, sizeof(name), "%.*s", (int)n, flag + 3);
+        const struct config_option *o = find(name);
+        if (o == NULL) {
+            fprintf(stderr, "docs: --%s is no option\n", name);
+            CHECK(o != NULL);
+            continue;
+        }
+        seen[o - config_options]++;
+        char want[256];
+        snprintf(want, sizeof(want), "`--%s%s%s`", o->name,
+                 o->arg != NULL ? " " : "", o->arg != NULL ? o->arg : "");
+        CHECK_STR(flag, want);
+        size_t n_env = strlen(o->env);
+        CHECK(env[0] == '`' && strncmp(env + 1, o->env, n_env) == 0 &&
+              (env[1 + n_env] == '`' || env[1 + n_env] == '='));
+        if (o->def != NULL) {
+            snprintf(want, sizeof(want), "`%s`", o->def);
+            if (strncmp(def, want, strlen(want)) != 0)
+                fprintf(stderr, "docs: --%s default %s, not %s\n", o->name,
+                        def, want);
+            CHECK(strncmp(def, want, strlen(want)) == 0);
+        } else {
+            CHECK(strcmp(def, "none") == 0 || strcmp(def, "off") == 0);
+        }
+    }
+    fclose(f);
+    for (size_t i = 0; i < config_noptions; i++) {
+        if (seen[i] != 1)
+            fprintf(stderr, "docs list --%s %d times\n",
+                    config_options[i].name, seen[i]);
+        CHECK_EQ_I64(seen[i], 1);
+    }
+}
+
 CHECK_MAIN(durations, listen_addresses, defaults, raise_token_floor,
            flags_win_over_environment, bad_flags_refused,
-           plaintext_rule_and_tls_flags, socket_mode)
+           plaintext_rule_and_tls_flags, socket_mode,
+           every_option_by_flag_and_variable, messages,
+           help_lists_every_option, docs_list_every_option)
