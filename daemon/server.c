@@ -48,7 +48,10 @@
  *
  * The engine and the store are touched only by the loop, and by the
  * commit worker only while `committing` (when the loop leaves them
- * alone); the sync worker touches only store_sync().
+ * alone); the sync worker touches only store_sync(). Every write after
+ * start is the commit worker's, in turn: the batches, the storage probe
+ * and the TTL a restart must wait for (lower_quarantine_ttl), so the
+ * loop never waits for the disk.
  */
 #include "server.h"
 
@@ -64,6 +67,7 @@
 #include "faultpoint.h"
 #include "log.h"
 #include "metrics.h"
+#include "rules.h"
 #include "store.h"
 
 #define MAX_BATCH 4096
@@ -95,6 +99,9 @@ struct server {
      * write of that kind (a commit and a sync) of its own, so that health
      * comes back even when no takeover is asked for. */
     bool probe_due, probing;
+    /* Once the restart quarantine is over, the current TTL is written
+     * down (lower_quarantine_ttl): a write of its own, like a probe. */
+    bool ttl_due, writing_ttl;
     int64_t batch_now_ns; /* when it was decided */
     int commit_err;
     int64_t commit_ns; /* how long store_apply took */
@@ -118,6 +125,9 @@ struct server {
 
     uv_timer_t gc_timer;
     bool gc_due;
+    /* engine_census's pass for the leases_live gauge is under way (the
+     * last call did not complete it). */
+    bool census_partial;
 
     /* Admin List calls: one lists the store on a worker, the others
      * wait their turn. */
@@ -159,7 +169,7 @@ static void decide(struct server *s, int64_t now_ns, struct request *req)
                           req->owner, req->owner_len, req->token, &grant,
                           chg);
         break;
-    default: {
+    case OP_RELEASE: {
         const char *owner = req->owner;
         size_t owner_len = req->owner_len;
         uint64_t token = req->token;
@@ -176,6 +186,8 @@ static void decide(struct server *s, int64_t now_ns, struct request *req)
                             owner_len, token, chg);
         break;
     }
+    default:
+        abort(); /* only lease calls are decided */
     }
     req->reason[0] = '\0';
     switch (rc) {
@@ -196,9 +208,8 @@ static void decide(struct server *s, int64_t now_ns, struct request *req)
     case ENGINE_HELD:
         req->status = REPLY_HELD;
         snprintf(req->reason, sizeof(req->reason), "%s",
-                 req->op == OP_ACQUIRE
-                     ? "held by another owner"
-                     : "lease lost: owner or token no longer match");
+                 rules_reason(req->op == OP_ACQUIRE ? RULES_HELD
+                                                    : RULES_LOST));
         break;
     default:
         req->status = REPLY_UNAVAILABLE;
@@ -281,11 +292,16 @@ static void run_commit(uv_work_t *w)
 {
     struct server *s = w->data;
     int64_t t0 = clock_mono_ns();
-    /* A probe is a batch of its own, with no change and no request. */
-    s->commit_err = s->probing ? store_set_meta(s->store,
-                                                "storage_checked_ns",
-                                                s->batch_now_ns)
-                               : store_apply(s->store, s->chgs, s->nchgs);
+    /* A probe, or the TTL written down, is a batch of its own, with no
+     * change and no request. */
+    if (s->writing_ttl)
+        s->commit_err = store_set_meta(s->store, "quarantine_ttl_ns",
+                                       s->ttl_ns);
+    else if (s->probing)
+        s->commit_err = store_set_meta(s->store, "storage_checked_ns",
+                                       s->batch_now_ns);
+    else
+        s->commit_err = store_apply(s->store, s->chgs, s->nchgs);
     if (s->nchgs > 0 && s->chgs[0].kind == ENGINE_DELETE) /* GC: first */
         FAULT_POINT("gc_commit");
     s->commit_ns = clock_mono_ns() - t0;
@@ -378,9 +394,37 @@ static void count_change(const struct server *s, const struct engine_change *c)
     }
 }
 
+/* The TTL write ended (see lower_quarantine_ttl): as a failed sync if
+ * its sync failed; otherwise, failed, it is tried again at the next
+ * tick, and health is not its business. */
+static void ttl_written(struct server *s, int err)
+{
+    s->writing_ttl = false;
+    if (err == STORE_ESYNC) {
+        sync_failed(s, s->commit_errmsg);
+        return;
+    }
+    s->committing = false;
+    if (err != STORE_OK)
+        log_warn("store_failed", "error=\"%s\"", s->commit_errmsg);
+    else
+        s->quarantine_ttl_ns = s->ttl_ns;
+    if (s->closing)
+        maybe_finish_close(s);
+    else
+        process(s);
+}
+
 static void commit_done(uv_work_t *w, int status)
 {
     struct server *s = w->data;
+    if (s->writing_ttl) {
+        if (status != 0)
+            snprintf(s->commit_errmsg, sizeof(s->commit_errmsg),
+                     "the write was cancelled");
+        ttl_written(s, status == 0 ? s->commit_err : STORE_EIO);
+        return;
+    }
     bool ok = status == 0 && s->commit_err == STORE_OK;
     uint64_t seq = ++s->committed_seq;
     if (ok) {
@@ -474,6 +518,25 @@ static int result_add(struct admin_result *a, const struct lease_row *row,
     return 0;
 }
 
+/* The leases live at now_ns, over the whole table: the gauge's census
+ * (update_gauges) is up to a tick old, and longer on a big table. A pass
+ * of the census that starts at the first bucket counts at one now, so
+ * the gauge's pass under way, if any, is completed first; the count then
+ * refreshes the gauge too. O(entries) on the loop: Stats is an admin
+ * call, not a hot path. */
+static uint64_t count_live(struct server *s, int64_t now_ns)
+{
+    size_t live = 0;
+    if (s->census_partial)
+        (void)engine_census(s->engine, now_ns, SIZE_MAX, &live);
+    bool whole = engine_census(s->engine, now_ns, SIZE_MAX, &live);
+    assert(whole);
+    (void)whole;
+    s->census_partial = false;
+    atomic_store(&metrics.leases_live, (int64_t)live);
+    return live;
+}
+
 static void answer_admin(struct server *s, struct request *r, int64_t now_ns)
 {
     r->status = REPLY_OK;
@@ -496,7 +559,7 @@ static void answer_admin(struct server *s, struct request *r, int64_t now_ns)
         }
     } else {
         struct admin_stats *st = &r->admin->stats;
-        st->live_leases = (uint64_t)atomic_load(&metrics.leases_live);
+        st->live_leases = count_live(s, now_ns);
         st->lease_entries = engine_count(s->engine);
         st->takeovers = atomic_load(&metrics.takeovers);
         st->expiries = atomic_load(&metrics.expiries);
@@ -626,15 +689,19 @@ static void process(struct server *s)
 {
     if (!s->committing)
         take_admin(s);
-    while (!s->committing &&
-           (s->pending != NULL || s->gc_due || s->probe_due)) {
+    while (!s->committing && (s->pending != NULL || s->gc_due ||
+                              s->probe_due || s->ttl_due)) {
         int64_t now_ns = clock_now_ns(&s->clock);
         s->nchgs = 0;
         s->durable = false;
         s->batch_now_ns = now_ns;
         s->probing = s->probe_due;
-        if (s->probing) {
-            s->probe_due = false;
+        s->writing_ttl = !s->probing && s->ttl_due;
+        if (s->probing || s->writing_ttl) {
+            if (s->probing)
+                s->probe_due = false;
+            else
+                s->ttl_due = false;
             s->committing = true;
             uv_queue_work(s->loop, &s->commit_work, run_commit, commit_done);
             break;
@@ -684,22 +751,13 @@ void server_submit(struct server *s, struct request *list)
 
 /* Once the quarantine is over, leases granted under a longer TTL before
  * the restart have all expired: from now on the current TTL is the one
- * a future restart must wait for. */
+ * a future restart must wait for. Writing it down is a commit and a
+ * sync, so the commit worker does it in turn (process(), ttl_written()). */
 static void lower_quarantine_ttl(struct server *s, int64_t now_ns)
 {
-    if (s->quarantine_ttl_ns == s->ttl_ns ||
-        now_ns < engine_quarantine_end(s->engine))
-        return;
-    int err = store_set_meta(s->store, "quarantine_ttl_ns", s->ttl_ns);
-    if (err == STORE_ESYNC) {
-        sync_failed(s, store_errmsg(s->store));
-        return;
-    }
-    if (err != STORE_OK) {
-        log_warn("store_failed", "error=\"%s\"", store_errmsg(s->store));
-        return;
-    }
-    s->quarantine_ttl_ns = s->ttl_ns;
+    if (s->quarantine_ttl_ns != s->ttl_ns && !s->writing_ttl &&
+        now_ns >= engine_quarantine_end(s->engine))
+        s->ttl_due = true;
 }
 
 /* The gauges that change with time alone, and a look at the wall clock. */
@@ -709,7 +767,9 @@ static void update_gauges(struct server *s, int64_t now_ns)
     atomic_store(&metrics.quarantine_remaining_ms, q > 0 ? q / 1000000 : 0);
     atomic_store(&metrics.lease_entries, (int64_t)engine_count(s->engine));
     size_t live;
-    if (engine_census(s->engine, now_ns, CENSUS_BUCKETS, &live))
+    s->census_partial = !engine_census(s->engine, now_ns, CENSUS_BUCKETS,
+                                       &live);
+    if (!s->census_partial)
         atomic_store(&metrics.leases_live, (int64_t)live);
     int64_t step = clock_step_ns(&s->clock);
     if (step > CLOCK_STEP_NS || step < -CLOCK_STEP_NS) {
@@ -723,8 +783,7 @@ static void on_gc_timer(uv_timer_t *t)
     struct server *s = t->data;
     int64_t now_ns = clock_now_ns(&s->clock);
     update_gauges(s, now_ns);
-    if (!s->committing) /* the store is the loop's now */
-        lower_quarantine_ttl(s, now_ns);
+    lower_quarantine_ttl(s, now_ns);
     s->gc_due = true;
     s->probe_due = s->storage_failing && s->failing_durable;
     process(s);
@@ -856,6 +915,6 @@ void server_close(struct server *s, void (*done)(void *arg), void *arg)
     s->done = done;
     s->done_arg = arg;
     uv_timer_stop(&s->gc_timer);
-    s->gc_due = s->probe_due = false;
+    s->gc_due = s->probe_due = s->ttl_due = false;
     maybe_finish_close(s);
 }

@@ -1,0 +1,647 @@
+/* The fake store: see fake_store.h. */
+#include "fake_store.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "store.h"
+
+/* A row as stored, strings kept in place (NUL-terminated as well). */
+struct row {
+    char session[ENGINE_SESSION_MAX + 1];
+    char owner[ENGINE_OWNER_MAX + 1];
+    size_t session_len, owner_len;
+    uint64_t token;
+    int64_t expiry_ns;
+};
+
+/* A committed ENGINE_PUT, the number of the commit that carried it, and
+ * the index of the session's put before it (NO_PUT: none). */
+struct put {
+    struct row row;
+    uint64_t commit;
+    size_t prev;
+};
+
+#define NO_PUT SIZE_MAX
+
+struct write {
+    char key[64];
+    struct fake_write w;
+};
+
+struct gate {
+    bool hold;
+    unsigned pass; /* calls fake_step let go, not yet gone */
+    unsigned entered, waiting, returned;
+    int fail;
+};
+
+struct fake {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* on CLOCK_MONOTONIC */
+    void (*changed)(void *arg);
+    void *changed_arg;
+    pthread_t loop_thread;
+
+    struct gate gate[FAKE_NCALLS];
+    unsigned running; /* calls in progress, store_sync apart */
+    unsigned timeouts, overlaps;
+    bool open, closed;
+    char errmsg[256];
+
+    struct row *rows;
+    size_t nrows;
+    uint64_t floor;
+    uint64_t commits; /* numbered from 1 */
+    uint64_t synced;  /* the last commit a sync covered */
+    struct write meta[16];
+    size_t nmeta;
+
+    /* What happened, for the checks: grown as needed. */
+    struct put *puts;
+    size_t nputs, cap_puts;
+    /* The last put of each session, by session: open addressing, slots
+     * hold put indexes (NO_PUT: free), at most half full. */
+    size_t *last;
+    size_t nlast, cap_last;
+    struct write *writes;
+    size_t nwrites, cap_writes;
+    size_t *applied;
+    size_t napplied, cap_applied;
+};
+
+struct store {
+    struct fake *f;
+};
+
+/* Appends one element of size bytes to *arr (n elements, room for *cap);
+ * a test cannot go on without it, so out of memory aborts. */
+static void *append(void *arr_p, size_t *n, size_t *cap, size_t size)
+{
+    void **arr = arr_p;
+    if (*n == *cap) {
+        size_t c = *cap > 0 ? *cap * 2 : 64;
+        void *p = realloc(*arr, c * size);
+        if (p == NULL)
+            abort();
+        *arr = p;
+        *cap = c;
+    }
+    return (char *)*arr + (*n)++ * size;
+}
+
+static void notify(struct fake *f)
+{
+    if (f->changed != NULL)
+        f->changed(f->changed_arg);
+}
+
+/* A call other than store_sync starts or ends (lock held). */
+static void begin(struct fake *f)
+{
+    if (f->running++ > 0)
+        f->overlaps++;
+}
+
+static void end(struct fake *f)
+{
+    f->running--;
+}
+
+/* A call of kind c enters (lock held): waits at the gate while it is
+ * held, and returns the error it is to end with. */
+static int enter(struct fake *f, enum fake_call c)
+{
+    struct gate *g = &f->gate[c];
+    g->entered++;
+    notify(f);
+    if (g->hold && g->pass == 0) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += FAKE_GATE_MS / 1000;
+        g->waiting++;
+        notify(f);
+        while (g->hold && g->pass == 0) {
+            if (pthread_cond_timedwait(&f->cv, &f->mu, &until) == ETIMEDOUT) {
+                f->timeouts++;
+                break;
+            }
+        }
+        g->waiting--;
+    }
+    if (g->hold && g->pass > 0)
+        g->pass--;
+    return g->fail;
+}
+
+static void leave(struct fake *f, enum fake_call c)
+{
+    f->gate[c].returned++;
+    notify(f);
+}
+
+static void set_row(struct row *r, const struct lease_row *l)
+{
+    memcpy(r->session, l->session, l->session_len);
+    r->session[l->session_len] = '\0';
+    r->session_len = l->session_len;
+    if (l->owner_len > 0) /* a release's owner may be NULL */
+        memcpy(r->owner, l->owner, l->owner_len);
+    r->owner[l->owner_len] = '\0';
+    r->owner_len = l->owner_len;
+    r->token = l->token;
+    r->expiry_ns = l->expiry_ns;
+}
+
+static bool same_session(const struct row *r, const char *session,
+                         size_t len)
+{
+    return r->session_len == len && memcmp(r->session, session, len) == 0;
+}
+
+static bool same_owner(const struct row *r, const char *owner, size_t len)
+{
+    /* A released row's owner may be NULL. */
+    return r->owner_len == len &&
+           (len == 0 || memcmp(r->owner, owner, len) == 0);
+}
+
+static uint64_t hash(const char *p, size_t n)
+{
+    uint64_t h = UINT64_C(14695981039346656037); /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)p[i]) * UINT64_C(1099511628211);
+    return h;
+}
+
+/* session's slot in a table of last puts: its own, or the free one it
+ * would take. */
+static size_t *last_slot(const struct fake *f, size_t *table, size_t cap,
+                         const char *session, size_t len)
+{
+    for (size_t i = hash(session, len) & (cap - 1);; i = (i + 1) & (cap - 1))
+        if (table[i] == NO_PUT ||
+            same_session(&f->puts[table[i]].row, session, len))
+            return &table[i];
+}
+
+/* Links puts[at], just appended, to the session's puts before it. */
+static void index_put(struct fake *f, size_t at)
+{
+    if (2 * (f->nlast + 1) > f->cap_last) {
+        size_t cap = f->cap_last > 0 ? 2 * f->cap_last : 64;
+        size_t *table = malloc(cap * sizeof(*table));
+        if (table == NULL)
+            abort();
+        for (size_t i = 0; i < cap; i++)
+            table[i] = NO_PUT;
+        for (size_t i = 0; i < f->cap_last; i++) {
+            if (f->last[i] == NO_PUT)
+                continue;
+            const struct row *r = &f->puts[f->last[i]].row;
+            *last_slot(f, table, cap, r->session, r->session_len) =
+                f->last[i];
+        }
+        free(f->last);
+        f->last = table;
+        f->cap_last = cap;
+    }
+    const struct row *r = &f->puts[at].row;
+    size_t *slot = last_slot(f, f->last, f->cap_last, r->session,
+                             r->session_len);
+    f->nlast += *slot == NO_PUT;
+    f->puts[at].prev = *slot;
+    *slot = at;
+}
+
+static size_t find(const struct row *rows, size_t n, const char *session,
+                   size_t len)
+{
+    size_t i = 0;
+    while (i < n && !same_session(&rows[i], session, len))
+        i++;
+    return i;
+}
+
+/* Applies the batch to a copy of the rows, and keeps the copy only if
+ * every change found the row it expected (lock held). */
+static int apply_all(struct fake *f, const struct engine_change *chgs,
+                     size_t n)
+{
+    struct row *rows = malloc((f->nrows + n + 1) * sizeof(*rows));
+    if (rows == NULL) {
+        snprintf(f->errmsg, sizeof(f->errmsg), "out of memory");
+        return STORE_ENOMEM;
+    }
+    if (f->nrows > 0)
+        memcpy(rows, f->rows, f->nrows * sizeof(*rows));
+    size_t nrows = f->nrows;
+    uint64_t floor = f->floor;
+    for (size_t i = 0; i < n; i++) {
+        const struct engine_change *c = &chgs[i];
+        const struct lease_row *key =
+            c->kind == ENGINE_DELETE ? &c->before : &c->after;
+        size_t at = find(rows, nrows, key->session, key->session_len);
+        bool found = at < nrows;
+        bool ok = c->has_before
+                      ? found &&
+                            same_owner(&rows[at], c->before.owner,
+                                       c->before.owner_len) &&
+                            rows[at].token == c->before.token &&
+                            rows[at].expiry_ns == c->before.expiry_ns
+                      : !found;
+        if (!ok) {
+            free(rows);
+            snprintf(f->errmsg, sizeof(f->errmsg),
+                     "change %zu of %zu: the row of %.*s is not what the "
+                     "engine saw", i, n, (int)key->session_len,
+                     key->session);
+            return STORE_ECONFLICT;
+        }
+        if (c->kind == ENGINE_DELETE) {
+            if (c->before.token > floor)
+                floor = c->before.token;
+            rows[at] = rows[--nrows];
+        } else {
+            set_row(&rows[at], &c->after);
+            nrows += !found;
+        }
+    }
+    free(f->rows);
+    f->rows = rows;
+    f->nrows = nrows;
+    f->floor = floor;
+    f->commits++;
+    for (size_t i = 0; i < n; i++) {
+        if (chgs[i].kind != ENGINE_PUT)
+            continue;
+        struct put *p = append(&f->puts, &f->nputs, &f->cap_puts,
+                               sizeof(*p));
+        set_row(&p->row, &chgs[i].after);
+        p->commit = f->commits;
+        index_put(f, f->nputs - 1);
+    }
+    *(size_t *)append(&f->applied, &f->napplied, &f->cap_applied,
+                      sizeof(size_t)) = n;
+    return STORE_OK;
+}
+
+static struct write *meta_slot(struct fake *f, const char *key)
+{
+    for (size_t i = 0; i < f->nmeta; i++)
+        if (strcmp(f->meta[i].key, key) == 0)
+            return &f->meta[i];
+    if (f->nmeta == sizeof(f->meta) / sizeof(f->meta[0]))
+        abort();
+    struct write *m = &f->meta[f->nmeta++];
+    snprintf(m->key, sizeof(m->key), "%s", key);
+    return m;
+}
+
+/* --- store.h ---------------------------------------------------------- */
+
+void store_close(struct store *s)
+{
+    if (s == NULL)
+        return;
+    struct fake *f = s->f;
+    pthread_mutex_lock(&f->mu);
+    if (f->running > 0)
+        f->overlaps++;
+    f->open = false;
+    f->closed = true;
+    pthread_mutex_unlock(&f->mu);
+    free(s);
+}
+
+int store_load(struct store *s,
+               int (*row_cb)(void *arg, const struct lease_row *row),
+               void *arg, uint64_t *floor)
+{
+    struct fake *f = s->f;
+    pthread_mutex_lock(&f->mu);
+    begin(f);
+    int err = STORE_OK;
+    for (size_t i = 0; i < f->nrows && err == STORE_OK; i++) {
+        const struct row *r = &f->rows[i];
+        struct lease_row l = {r->session, r->session_len, r->owner,
+                              r->owner_len, r->token, r->expiry_ns};
+        err = row_cb(arg, &l);
+    }
+    *floor = f->floor;
+    end(f);
+    pthread_mutex_unlock(&f->mu);
+    return err;
+}
+
+int store_apply(struct store *s, const struct engine_change *chgs, size_t n)
+{
+    struct fake *f = s->f;
+    pthread_mutex_lock(&f->mu);
+    begin(f);
+    int err = enter(f, FAKE_APPLY);
+    if (err == STORE_OK)
+        err = apply_all(f, chgs, n);
+    else
+        snprintf(f->errmsg, sizeof(f->errmsg), "injected failure %d", err);
+    leave(f, FAKE_APPLY);
+    end(f);
+    pthread_mutex_unlock(&f->mu);
+    return err;
+}
+
+int store_sync(struct store *s)
+{
+    struct fake *f = s->f;
+    pthread_mutex_lock(&f->mu);
+    uint64_t covers = f->commits; /* those that ended before it began */
+    int err = enter(f, FAKE_SYNC);
+    if (err == STORE_OK && covers > f->synced)
+        f->synced = covers;
+    leave(f, FAKE_SYNC);
+    pthread_mutex_unlock(&f->mu);
+    if (err == STORE_OK)
+        return STORE_OK;
+    errno = EIO;
+    return STORE_ESYNC;
+}
+
+int store_cap_expiries(struct store *s, int64_t cap_ns, size_t *capped)
+{
+    struct fake *f = s->f;
+    pthread_mutex_lock(&f->mu);
+    begin(f);
+    *capped = 0;
+    for (size_t i = 0; i < f->nrows; i++) {
+        if (f->rows[i].expiry_ns > cap_ns) {
+            f->rows[i].expiry_ns = cap_ns;
+            ++*capped;
+        }
+    }
+    end(f);
+    pthread_mutex_unlock(&f->mu);
+    return STORE_OK;
+}
+
+int store_get_meta(struct store *s, const char *key, int64_t *value)
+{
+    struct fake *f = s->f;
+    pthread_mutex_lock(&f->mu);
+    begin(f);
+    *value = meta_slot(f, key)->w.value;
+    end(f);
+    pthread_mutex_unlock(&f->mu);
+    return STORE_OK;
+}
+
+int store_set_meta(struct store *s, const char *key, int64_t value)
+{
+    struct fake *f = s->f;
+    pthread_mutex_lock(&f->mu);
+    begin(f);
+    int err = enter(f, FAKE_SET_META);
+    if (err == STORE_OK || err == STORE_ESYNC) { /* committed */
+        meta_slot(f, key)->w.value = value;
+        f->commits++;
+        if (err == STORE_OK) /* its own sync covers every commit */
+            f->synced = f->commits;
+    }
+    if (err == STORE_ESYNC)
+        snprintf(f->errmsg, sizeof(f->errmsg), "syncing the WAL: %s",
+                 strerror(EIO));
+    else if (err != STORE_OK)
+        snprintf(f->errmsg, sizeof(f->errmsg), "injected failure %d", err);
+    struct write *w = append(&f->writes, &f->nwrites, &f->cap_writes,
+                             sizeof(*w));
+    snprintf(w->key, sizeof(w->key), "%s", key);
+    w->w = (struct fake_write){value, err,
+                               pthread_equal(pthread_self(), f->loop_thread)};
+    leave(f, FAKE_SET_META);
+    end(f);
+    pthread_mutex_unlock(&f->mu);
+    return err;
+}
+
+int store_list(struct store *s, const char *prefix, size_t prefix_len,
+               const char *after, size_t after_len, size_t limit,
+               int (*row_cb)(void *arg, const struct lease_row *row),
+               void *arg)
+{
+    return STORE_EIO;
+}
+
+const char *store_list_errmsg(const struct store *s)
+{
+    return "the fake store does not list";
+}
+
+const char *store_errmsg(const struct store *s)
+{
+    return s->f->errmsg;
+}
+
+/* --- The test's side ---------------------------------------------------- */
+
+struct fake *fake_create(void (*changed)(void *arg), void *arg)
+{
+    struct fake *f = calloc(1, sizeof(*f));
+    if (f == NULL)
+        return NULL;
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&f->cv, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_mutex_init(&f->mu, NULL);
+    f->changed = changed;
+    f->changed_arg = arg;
+    f->loop_thread = pthread_self();
+    return f;
+}
+
+void fake_destroy(struct fake *f)
+{
+    if (f == NULL)
+        return;
+    pthread_mutex_destroy(&f->mu);
+    pthread_cond_destroy(&f->cv);
+    free(f->rows);
+    free(f->puts);
+    free(f->last);
+    free(f->writes);
+    free(f->applied);
+    free(f);
+}
+
+struct store *fake_open(struct fake *f)
+{
+    struct store *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    s->f = f;
+    pthread_mutex_lock(&f->mu);
+    f->open = true;
+    f->closed = false;
+    pthread_mutex_unlock(&f->mu);
+    return s;
+}
+
+bool fake_closed(struct fake *f)
+{
+    pthread_mutex_lock(&f->mu);
+    bool closed = f->closed;
+    pthread_mutex_unlock(&f->mu);
+    return closed;
+}
+
+void fake_hold(struct fake *f, enum fake_call c)
+{
+    pthread_mutex_lock(&f->mu);
+    f->gate[c].hold = true;
+    f->gate[c].pass = 0;
+    pthread_mutex_unlock(&f->mu);
+}
+
+void fake_step(struct fake *f, enum fake_call c)
+{
+    pthread_mutex_lock(&f->mu);
+    f->gate[c].pass++;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+void fake_release(struct fake *f, enum fake_call c)
+{
+    pthread_mutex_lock(&f->mu);
+    f->gate[c].hold = false;
+    f->gate[c].pass = 0;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+void fake_fail(struct fake *f, enum fake_call c, int err)
+{
+    pthread_mutex_lock(&f->mu);
+    f->gate[c].fail = err;
+    pthread_mutex_unlock(&f->mu);
+}
+
+static unsigned counter(struct fake *f, const unsigned *field)
+{
+    pthread_mutex_lock(&f->mu);
+    unsigned n = *field;
+    pthread_mutex_unlock(&f->mu);
+    return n;
+}
+
+unsigned fake_entered(struct fake *f, enum fake_call c)
+{
+    return counter(f, &f->gate[c].entered);
+}
+
+unsigned fake_waiting(struct fake *f, enum fake_call c)
+{
+    return counter(f, &f->gate[c].waiting);
+}
+
+unsigned fake_returned(struct fake *f, enum fake_call c)
+{
+    return counter(f, &f->gate[c].returned);
+}
+
+unsigned fake_timeouts(struct fake *f)
+{
+    return counter(f, &f->timeouts);
+}
+
+unsigned fake_overlaps(struct fake *f)
+{
+    return counter(f, &f->overlaps);
+}
+
+void fake_put_meta(struct fake *f, const char *key, int64_t value)
+{
+    pthread_mutex_lock(&f->mu);
+    meta_slot(f, key)->w.value = value;
+    pthread_mutex_unlock(&f->mu);
+}
+
+int64_t fake_meta(struct fake *f, const char *key)
+{
+    pthread_mutex_lock(&f->mu);
+    int64_t v = meta_slot(f, key)->w.value;
+    pthread_mutex_unlock(&f->mu);
+    return v;
+}
+
+size_t fake_writes(struct fake *f, const char *key, struct fake_write *w,
+                   size_t max)
+{
+    pthread_mutex_lock(&f->mu);
+    size_t n = 0;
+    for (size_t i = 0; i < f->nwrites; i++) {
+        if (strcmp(f->writes[i].key, key) != 0)
+            continue;
+        if (n < max)
+            w[n] = f->writes[i].w;
+        n++;
+    }
+    pthread_mutex_unlock(&f->mu);
+    return n;
+}
+
+size_t fake_applied(struct fake *f, size_t *sizes, size_t max)
+{
+    pthread_mutex_lock(&f->mu);
+    size_t n = f->napplied;
+    for (size_t i = 0; i < n && i < max; i++)
+        sizes[i] = f->applied[i];
+    pthread_mutex_unlock(&f->mu);
+    return n;
+}
+
+/* The first commit that gave session to owner with token and, when
+ * expiry_ns >= 0, that expiry (lock held); 0 if none did. */
+static uint64_t first_put(const struct fake *f, const char *session,
+                          const char *owner, uint64_t token,
+                          int64_t expiry_ns)
+{
+    if (f->cap_last == 0)
+        return 0;
+    size_t session_len = strlen(session), owner_len = strlen(owner);
+    uint64_t first = 0;
+    for (size_t i = *last_slot(f, f->last, f->cap_last, session,
+                               session_len);
+         i != NO_PUT; i = f->puts[i].prev) { /* newest first */
+        const struct row *r = &f->puts[i].row;
+        if (r->token == token &&
+            (expiry_ns < 0 || r->expiry_ns == expiry_ns) &&
+            same_owner(r, owner, owner_len))
+            first = f->puts[i].commit;
+    }
+    return first;
+}
+
+bool fake_committed(struct fake *f, const char *session, const char *owner,
+                    uint64_t token, int64_t expiry_ns)
+{
+    pthread_mutex_lock(&f->mu);
+    bool yes = first_put(f, session, owner, token, expiry_ns) > 0;
+    pthread_mutex_unlock(&f->mu);
+    return yes;
+}
+
+bool fake_synced(struct fake *f, const char *session, const char *owner,
+                 uint64_t token)
+{
+    pthread_mutex_lock(&f->mu);
+    uint64_t commit = first_put(f, session, owner, token, -1);
+    bool yes = commit > 0 && commit <= f->synced;
+    pthread_mutex_unlock(&f->mu);
+    return yes;
+}

@@ -1,0 +1,723 @@
+/* daemon/server.c alone, on a real libuv loop, over the fake store
+ * (fake_store.h) whose commits and syncs the test holds, lets go and
+ * fails: the commit/fsync pipeline of server.c's design note.
+ *
+ * Every reply is checked as it arrives (on_reply): an OK Acquire or
+ * Renew must be committed, with the expiry it grants, and its takeover
+ * synced; nothing is answered twice; nothing after a fatal sync error.
+ * Every case also checks that the store was never used by two threads
+ * at once (store_sync apart) and that no call outwaited its gate. */
+#include <stdlib.h>
+#include <uv.h>
+
+#include "check.h"
+#include "fake_store.h"
+#include "metrics.h"
+#include "request.h"
+#include "server.h"
+#include "store.h"
+
+#define MS INT64_C(1000000)
+#define LONG_TTL_NS (60000 * MS) /* outlives every case */
+#define MAX_BATCH 4096 /* server.c's: the most requests one commit carries */
+#define MAX_REPLIES 8192
+#define WAIT_MS 20000 /* for what should take milliseconds, under TSan too */
+
+struct harness {
+    uv_loop_t loop;
+    uv_async_t wake;     /* the fake's changes wake the loop up */
+    uv_timer_t deadline; /* bounds every wait */
+    bool late;
+    struct fake *fake;
+    struct server *srv;
+    struct request *replied[MAX_REPLIES]; /* in the order of the replies */
+    size_t nreplied;
+    bool storage[16]; /* what the storage callback said, in order */
+    size_t nstorage;
+    int nfatal;
+    char why[256];
+    bool closing, closed;
+    size_t replied_at_close;
+};
+
+static struct harness *h;
+/* Harnesses of servers that reported a fatal error: server.h says not
+ * to touch such a server again, so they stay as they are (reachable). */
+static struct harness *abandoned[16];
+static size_t nabandoned;
+
+static bool answered(const struct request *r)
+{
+    for (size_t i = 0; i < h->nreplied; i++)
+        if (h->replied[i] == r)
+            return true;
+    return false;
+}
+
+static void on_reply(void *arg, struct request *r)
+{
+    struct harness *hh = arg;
+    CHECK(hh->nfatal == 0); /* nothing is answered after a failed sync */
+    CHECK(!answered(r));
+    if (hh->nreplied < MAX_REPLIES)
+        hh->replied[hh->nreplied++] = r;
+    if ((r->op == OP_ACQUIRE || r->op == OP_RENEW) &&
+        r->status == REPLY_OK) {
+        /* Never OK for something not stored, nor before its takeover is
+         * on disk (a renewal may go out at its commit only once the
+         * takeover it stands on is synced). */
+        CHECK(fake_committed(hh->fake, r->session, r->owner, r->grant_token,
+                             r->grant_expiry_ns));
+        CHECK(fake_synced(hh->fake, r->session, r->owner, r->grant_token));
+    }
+}
+
+static void on_storage(void *arg, bool ok)
+{
+    struct harness *hh = arg;
+    if (hh->nstorage < sizeof(hh->storage) / sizeof(hh->storage[0]))
+        hh->storage[hh->nstorage++] = ok;
+}
+
+static void on_fatal(void *arg, const char *why)
+{
+    struct harness *hh = arg;
+    hh->nfatal++;
+    snprintf(hh->why, sizeof(hh->why), "%s", why);
+}
+
+static void on_closed(void *arg)
+{
+    struct harness *hh = arg;
+    hh->closed = true;
+    hh->replied_at_close = hh->nreplied;
+}
+
+static void on_wake(uv_async_t *a)
+{
+}
+
+static void on_late(uv_timer_t *t)
+{
+    h->late = true;
+}
+
+static void arm(uint64_t ms)
+{
+    h->late = false;
+    uv_update_time(&h->loop);
+    uv_timer_start(&h->deadline, on_late, ms, 0);
+}
+
+/* Runs the loop until cond holds, for WAIT_MS at most (then fails). */
+#define RUN_UNTIL(cond)                                                    \
+    do {                                                                   \
+        arm(WAIT_MS);                                                      \
+        while (!(cond) && !h->late)                                        \
+            uv_run(&h->loop, UV_RUN_ONCE);                                 \
+        uv_timer_stop(&h->deadline);                                       \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "%s:%d: waited in vain for %s\n", __FILE__,    \
+                    __LINE__, #cond);                                      \
+            check_failed_ = 1;                                             \
+        }                                                                  \
+    } while (0)
+
+/* Runs the loop for ms milliseconds: for time itself to pass (an expiry,
+ * a garbage-collection tick), never to wait for a thread. */
+static void run_for(uint64_t ms)
+{
+    arm(ms);
+    while (!h->late)
+        uv_run(&h->loop, UV_RUN_ONCE);
+}
+
+static void wake(void *arg)
+{
+    uv_async_send(arg);
+}
+
+/* A loop and a fake store; the server comes with start(). */
+static void begin_case(void)
+{
+    static bool metrics_ready;
+    if (!metrics_ready) {
+        metrics_init();
+        metrics_ready = true;
+    }
+    h = calloc(1, sizeof(*h));
+    if (h == NULL)
+        abort();
+    CHECK_EQ_I64(uv_loop_init(&h->loop), 0);
+    uv_async_init(&h->loop, &h->wake, on_wake);
+    uv_timer_init(&h->loop, &h->deadline);
+    h->fake = fake_create(wake, &h->wake);
+    CHECK(h->fake != NULL);
+}
+
+static void start(int64_t ttl_ns)
+{
+    char err[256] = "";
+    h->srv = server_create(&h->loop, fake_open(h->fake), ttl_ns, err,
+                           sizeof(err));
+    if (h->srv == NULL) {
+        fprintf(stderr, "server_create: %s\n", err);
+        abort();
+    }
+    server_set_reply(h->srv, on_reply, on_storage, on_fatal, h);
+}
+
+/* Closes the server (unless a fatal error forbids it) and the loop, and
+ * checks what every case must hold. */
+static void end_case(void)
+{
+    for (int c = 0; c < FAKE_NCALLS; c++)
+        fake_release(h->fake, (enum fake_call)c);
+    if (h->nfatal == 0 && !h->closing) {
+        h->closing = true;
+        server_close(h->srv, on_closed, h);
+    }
+    if (h->nfatal == 0)
+        RUN_UNTIL(h->closed);
+    CHECK(h->nfatal <= 1);
+    CHECK_EQ_U64(fake_timeouts(h->fake), 0);
+    CHECK_EQ_U64(fake_overlaps(h->fake), 0);
+    for (size_t i = 0; i < h->nreplied; i++) {
+        struct admin_result *a = h->replied[i]->admin;
+        if (a != NULL) {
+            free(a->leases);
+            free(a->next);
+            free(a);
+            h->replied[i]->admin = NULL;
+        }
+    }
+    if (!h->closed) {
+        if (nabandoned == sizeof(abandoned) / sizeof(abandoned[0]))
+            abort();
+        abandoned[nabandoned++] = h;
+        h = NULL;
+        return;
+    }
+    CHECK(fake_closed(h->fake));
+    uv_close((uv_handle_t *)&h->wake, NULL);
+    uv_close((uv_handle_t *)&h->deadline, NULL);
+    uv_run(&h->loop, UV_RUN_DEFAULT);
+    CHECK_EQ_I64(uv_loop_close(&h->loop), 0);
+    fake_destroy(h->fake);
+    free(h);
+    h = NULL;
+}
+
+static void lease_req(struct request *r, enum request_op op,
+                      const char *session, const char *owner, uint64_t token)
+{
+    memset(r, 0, sizeof(*r));
+    r->op = op;
+    r->session = session;
+    r->session_len = strlen(session);
+    r->owner = owner;
+    r->owner_len = strlen(owner);
+    r->token = token;
+}
+
+static void acquire(struct request *r, const char *session, const char *owner)
+{
+    lease_req(r, OP_ACQUIRE, session, owner, 0);
+}
+
+static void renew(struct request *r, const char *session, const char *owner,
+                  uint64_t token)
+{
+    lease_req(r, OP_RENEW, session, owner, token);
+}
+
+static void stats(struct request *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->op = OP_STATS;
+    r->session = r->owner = "";
+}
+
+static void submit(struct request **rs, size_t n)
+{
+    for (size_t i = 0; i + 1 < n; i++)
+        rs[i]->next = rs[i + 1];
+    rs[n - 1]->next = NULL;
+    server_submit(h->srv, rs[0]);
+}
+
+/* Submits its arguments (struct request *) as one list. */
+#define SUBMIT(...)                                                        \
+    submit((struct request *[]){__VA_ARGS__},                              \
+           sizeof((struct request *[]){__VA_ARGS__}) /                     \
+               sizeof(struct request *))
+
+/* Acquires session for owner and waits for the reply (OK, token 1). */
+static void acquired(struct request *r, const char *session,
+                     const char *owner)
+{
+    acquire(r, session, owner);
+    SUBMIT(r);
+    RUN_UNTIL(answered(r));
+    CHECK_EQ_I64(r->status, REPLY_OK);
+    CHECK_EQ_U64(r->grant_token, 1);
+}
+
+/* --- The normal path ------------------------------------------------- */
+
+/* A takeover is answered neither at its decision nor at its commit, but
+ * once a sync that began after the commit succeeded. */
+TEST(takeover_answered_only_after_its_commit_and_sync)
+{
+    begin_case();
+    start(LONG_TTL_NS);
+    fake_hold(h->fake, FAKE_APPLY);
+    fake_hold(h->fake, FAKE_SYNC);
+    struct request a;
+    acquire(&a, "s1", "alice");
+    SUBMIT(&a);
+    RUN_UNTIL(fake_waiting(h->fake, FAKE_APPLY) == 1);
+    CHECK(!answered(&a)); /* decided, not stored */
+    fake_release(h->fake, FAKE_APPLY);
+    /* The server asks for a sync after the commit ended. */
+    RUN_UNTIL(fake_waiting(h->fake, FAKE_SYNC) == 1);
+    CHECK(fake_committed(h->fake, "s1", "alice", 1, -1));
+    CHECK(!answered(&a)); /* committed, not durable */
+    fake_release(h->fake, FAKE_SYNC);
+    RUN_UNTIL(answered(&a));
+    CHECK_EQ_I64(a.status, REPLY_OK);
+    CHECK_EQ_U64(a.grant_token, 1);
+    end_case();
+}
+
+/* A renewal of a lease whose takeover is synced changes no owner: it is
+ * answered at its commit, with no sync at all. */
+TEST(renewal_of_a_synced_lease_answered_at_its_commit)
+{
+    begin_case();
+    start(LONG_TTL_NS);
+    struct request a, r;
+    acquired(&a, "s1", "alice");
+    unsigned syncs = fake_entered(h->fake, FAKE_SYNC);
+    fake_hold(h->fake, FAKE_APPLY);
+    fake_hold(h->fake, FAKE_SYNC);
+    renew(&r, "s1", "alice", a.grant_token);
+    SUBMIT(&r);
+    RUN_UNTIL(fake_waiting(h->fake, FAKE_APPLY) == 1);
+    CHECK(!answered(&r));
+    fake_release(h->fake, FAKE_APPLY);
+    RUN_UNTIL(answered(&r)); /* while every sync is held */
+    CHECK_EQ_I64(r.status, REPLY_OK);
+    CHECK_EQ_U64(r.grant_token, a.grant_token);
+    CHECK(r.grant_expiry_ns > a.grant_expiry_ns);
+    CHECK_EQ_U64(fake_entered(h->fake, FAKE_SYNC), syncs);
+    end_case();
+}
+
+/* One commit syncs while the next commits; a sync answers only what
+ * committed before it began, and the replies keep the order of the
+ * requests, across batches. */
+TEST(a_sync_answers_only_the_commits_ended_before_it)
+{
+    begin_case();
+    start(LONG_TTL_NS);
+    struct request z, a, b, c, r;
+    acquired(&z, "s0", "zoe"); /* commit 1, synced */
+    fake_hold(h->fake, FAKE_SYNC);
+    acquire(&a, "s1", "alice");
+    SUBMIT(&a); /* commit 2 */
+    RUN_UNTIL(fake_waiting(h->fake, FAKE_SYNC) == 1);
+    acquire(&b, "s2", "bob");
+    acquire(&c, "s3", "carol");
+    renew(&r, "s0", "zoe", z.grant_token);
+    SUBMIT(&b, &c, &r); /* commit 3, while commit 2 syncs */
+    RUN_UNTIL(answered(&r)); /* at its commit: commit 3 has ended */
+    CHECK(!answered(&a));
+    CHECK(!answered(&b));
+    CHECK(!answered(&c));
+    fake_step(h->fake, FAKE_SYNC); /* the sync of commit 2 */
+    RUN_UNTIL(answered(&a) && fake_waiting(h->fake, FAKE_SYNC) == 1);
+    CHECK(!answered(&b)); /* that sync began before their commit */
+    CHECK(!answered(&c));
+    fake_release(h->fake, FAKE_SYNC);
+    RUN_UNTIL(answered(&c));
+    CHECK_EQ_U64(h->nreplied, 5);
+    const struct request *order[] = {&z, &r, &a, &b, &c};
+    for (size_t i = 0; i < 5 && i < h->nreplied; i++)
+        CHECK(h->replied[i] == order[i]);
+    CHECK_EQ_I64(b.status, REPLY_OK);
+    CHECK_EQ_I64(c.status, REPLY_OK);
+    end_case();
+}
+
+/* A sync that begins while a commit is in flight does not cover it,
+ * even when that commit ends before the sync does. */
+TEST(a_sync_begun_during_a_commit_does_not_cover_it)
+{
+    begin_case();
+    start(LONG_TTL_NS);
+    struct request z, a, b, r1, c, r2;
+    acquired(&z, "s0", "zoe");
+    fake_hold(h->fake, FAKE_SYNC);
+    acquire(&a, "s1", "alice");
+    SUBMIT(&a);
+    RUN_UNTIL(fake_waiting(h->fake, FAKE_SYNC) == 1); /* covers alice */
+    acquire(&b, "s2", "bob");
+    renew(&r1, "s0", "zoe", 1); /* answered at the commit: a marker */
+    SUBMIT(&b, &r1);
+    RUN_UNTIL(answered(&r1));
+    fake_hold(h->fake, FAKE_APPLY);
+    acquire(&c, "s3", "carol");
+    renew(&r2, "s0", "zoe", 1);
+    SUBMIT(&c, &r2);
+    RUN_UNTIL(fake_waiting(h->fake, FAKE_APPLY) == 1);
+    /* alice's sync ends; the next one, for bob, begins while carol's
+     * commit is in flight. */
+    fake_step(h->fake, FAKE_SYNC);
+    RUN_UNTIL(answered(&a) && fake_waiting(h->fake, FAKE_SYNC) == 1);
+    fake_release(h->fake, FAKE_APPLY);
+    RUN_UNTIL(answered(&r2)); /* carol's commit ended */
+    fake_step(h->fake, FAKE_SYNC);
+    RUN_UNTIL(answered(&b));
+    RUN_UNTIL(answered(&c) || fake_waiting(h->fake, FAKE_SYNC) == 1);
+    CHECK(!answered(&c));
+    fake_release(h->fake, FAKE_SYNC);
+    RUN_UNTIL(answered(&c));
+    CHECK_EQ_I64(c.status, REPLY_OK);
+    end_case();
+}
+
+/* A refusal, and a renewal, decided from a takeover that is committed
+ * but not synced wait for that sync: a power loss could undo the
+ * takeover they saw. */
+TEST(answers_wait_for_the_sync_of_the_takeover_they_saw)
+{
+    begin_case();
+    start(LONG_TTL_NS);
+    fake_hold(h->fake, FAKE_SYNC);
+    struct request a, b, r, st;
+    acquire(&a, "s1", "alice");
+    SUBMIT(&a);
+    RUN_UNTIL(fake_waiting(h->fake, FAKE_SYNC) == 1);
+    acquire(&b, "s1", "bob");
+    SUBMIT(&b); /* decided at once: nothing to commit */
+    CHECK(!answered(&b));
+    renew(&r, "s1", "alice", 1);
+    SUBMIT(&r);
+    stats(&st);
+    SUBMIT(&st); /* answered once the renewal's commit has ended */
+    RUN_UNTIL(answered(&st));
+    CHECK(!answered(&r));
+    fake_release(h->fake, FAKE_SYNC);
+    RUN_UNTIL(answered(&r));
+    const struct request *order[] = {&st, &a, &b, &r};
+    CHECK_EQ_U64(h->nreplied, 4);
+    for (size_t i = 0; i < 4 && i < h->nreplied; i++)
+        CHECK(h->replied[i] == order[i]);
+    CHECK_EQ_I64(a.status, REPLY_OK);
+    CHECK_EQ_I64(b.status, REPLY_HELD);
+    CHECK_EQ_I64(r.status, REPLY_OK);
+    end_case();
+}
+
+/* --- Failures -------------------------------------------------------- */
+
+/* A commit fails while the previous one syncs: its whole batch gets
+ * UNAVAILABLE and is undone in the engine, storage counts as failing;
+ * the takeover syncing is not disturbed and is answered OK after its
+ * sync, and so is a refusal that saw it. */
+TEST(commit_failing_while_a_sync_is_in_flight)
+{
+    begin_case();
+    start(LONG_TTL_NS);
+    struct request z, a, b, x, r, y, c;
+    acquired(&z, "s0", "zoe");
+    fake_hold(h->fake, FAKE_SYNC);
+    acquire(&a, "s1", "alice");
+    SUBMIT(&a);
+    RUN_UNTIL(fake_waiting(h->fake, FAKE_SYNC) == 1);
+    fake_fail(h->fake, FAKE_APPLY, STORE_EIO);
+    acquire(&b, "s2", "bob");
+    acquire(&x, "s1", "xavier"); /* refused, from alice's takeover */
+    renew(&r, "s0", "zoe", z.grant_token);
+    SUBMIT(&b, &x, &r);
+    RUN_UNTIL(answered(&b) && answered(&x) && answered(&r));
+    CHECK_EQ_I64(b.status, REPLY_UNAVAILABLE);
+    CHECK_EQ_I64(x.status, REPLY_UNAVAILABLE);
+    CHECK_EQ_I64(r.status, REPLY_UNAVAILABLE);
+    CHECK(!answered(&a)); /* still syncing */
+    CHECK(h->nstorage >= 1 && !h->storage[0]);
+    fake_fail(h->fake, FAKE_APPLY, STORE_OK);
+    acquire(&y, "s1", "yves");
+    SUBMIT(&y); /* refused: waits for alice's sync too */
+    CHECK(!answered(&y));
+    fake_release(h->fake, FAKE_SYNC);
+    RUN_UNTIL(answered(&a) && answered(&y));
+    CHECK_EQ_I64(a.status, REPLY_OK);
+    CHECK_EQ_U64(a.grant_token, 1);
+    CHECK_EQ_I64(y.status, REPLY_HELD);
+    /* bob's takeover was undone: carol gets the session, token 1. */
+    acquired(&c, "s2", "carol");
+    CHECK(h->nstorage >= 2 && h->storage[h->nstorage - 1]); /* recovered */
+    const struct request *order[] = {&z, &b, &x, &r, &a, &y, &c};
+    CHECK_EQ_U64(h->nreplied, 7);
+    for (size_t i = 0; i < 7 && i < h->nreplied; i++)
+        CHECK(h->replied[i] == order[i]);
+    end_case();
+}
+
+/* Requests wait for a sync that will cover two commits; it fails: none
+ * of them is ever answered, the server reports the fatal error once,
+ * and what the sync before it covered was answered. */
+TEST(sync_failing_for_requests_spanning_two_commits)
+{
+    begin_case();
+    start(LONG_TTL_NS);
+    struct request z, a, b, r1, c, r2;
+    acquired(&z, "s0", "zoe");
+    fake_hold(h->fake, FAKE_SYNC);
+    acquire(&a, "s1", "alice");
+    SUBMIT(&a);
+    RUN_UNTIL(fake_waiting(h->fake, FAKE_SYNC) == 1); /* covers alice */
+    acquire(&b, "s2", "bob");
+    renew(&r1, "s0", "zoe", 1); /* answered at the commit: a marker */
+    SUBMIT(&b, &r1);
+    RUN_UNTIL(answered(&r1));
+    acquire(&c, "s3", "carol");
+    renew(&r2, "s0", "zoe", 1);
+    SUBMIT(&c, &r2);
+    RUN_UNTIL(answered(&r2));
+    fake_step(h->fake, FAKE_SYNC);
+    /* The next sync covers the commits of bob and of carol. */
+    RUN_UNTIL(answered(&a) && fake_waiting(h->fake, FAKE_SYNC) == 1);
+    CHECK_EQ_I64(a.status, REPLY_OK);
+    CHECK(!answered(&b));
+    CHECK(!answered(&c));
+    fake_fail(h->fake, FAKE_SYNC, STORE_ESYNC);
+    fake_release(h->fake, FAKE_SYNC);
+    RUN_UNTIL(h->nfatal > 0);
+    CHECK_EQ_I64(h->nfatal, 1);
+    CHECK(strstr(h->why, "fdatasync") != NULL);
+    CHECK(!answered(&b));
+    CHECK(!answered(&c));
+    CHECK(h->nstorage >= 1 && !h->storage[h->nstorage - 1]);
+    end_case();
+}
+
+/* More requests arrive than one batch holds, while a commit is in
+ * flight: they wait, the next commit carries MAX_BATCH of them and the
+ * one after the rest, and every one is answered OK, in order. */
+TEST(full_queue_spills_into_the_next_batch)
+{
+    enum { N = 1 + MAX_BATCH + 50 };
+    begin_case();
+    start(LONG_TTL_NS);
+    struct request *rs = calloc(N, sizeof(*rs));
+    char(*names)[16] = calloc(N, sizeof(*names));
+    CHECK(rs != NULL && names != NULL);
+    for (size_t i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), "q%05zu", i);
+        acquire(&rs[i], names[i], "owner");
+    }
+    fake_hold(h->fake, FAKE_APPLY);
+    SUBMIT(&rs[0]);
+    RUN_UNTIL(fake_waiting(h->fake, FAKE_APPLY) == 1);
+    for (size_t i = 1; i + 1 < N; i++)
+        rs[i].next = &rs[i + 1];
+    server_submit(h->srv, &rs[1]);
+    CHECK_EQ_U64(fake_entered(h->fake, FAKE_APPLY), 1); /* they wait */
+    fake_release(h->fake, FAKE_APPLY);
+    RUN_UNTIL(h->nreplied == N);
+    size_t sizes[4];
+    CHECK_EQ_U64(fake_applied(h->fake, sizes, 4), 3);
+    CHECK_EQ_U64(sizes[0], 1);
+    CHECK_EQ_U64(sizes[1], MAX_BATCH);
+    CHECK_EQ_U64(sizes[2], N - 1 - MAX_BATCH);
+    size_t misplaced = 0, failed = 0;
+    for (size_t i = 0; i < h->nreplied; i++) {
+        misplaced += h->replied[i] != &rs[i];
+        failed += rs[i].status != REPLY_OK || rs[i].grant_token != 1;
+    }
+    CHECK_EQ_U64(misplaced, 0);
+    CHECK_EQ_U64(failed, 0);
+    end_case();
+    free(rs);
+    free(names);
+}
+
+/* After a takeover failed to commit, storage counts as failing until a
+ * write of that kind works: a renewal committing does not end it, a
+ * probe (a write of its own at a garbage-collection tick) does. */
+TEST(failed_takeover_is_not_cleared_by_a_renewal)
+{
+    begin_case();
+    start(LONG_TTL_NS);
+    struct request a, b, r;
+    acquired(&a, "s1", "alice");
+    fake_fail(h->fake, FAKE_APPLY, STORE_EIO);
+    fake_fail(h->fake, FAKE_SET_META, STORE_EIO); /* probes fail too */
+    acquire(&b, "s2", "bob");
+    SUBMIT(&b);
+    RUN_UNTIL(answered(&b));
+    CHECK_EQ_I64(b.status, REPLY_UNAVAILABLE);
+    CHECK(h->nstorage == 1 && !h->storage[0]);
+    fake_fail(h->fake, FAKE_APPLY, STORE_OK);
+    renew(&r, "s1", "alice", a.grant_token);
+    SUBMIT(&r);
+    RUN_UNTIL(answered(&r));
+    CHECK_EQ_I64(r.status, REPLY_OK);
+    CHECK_EQ_U64(h->nstorage, 1); /* still failing */
+    fake_fail(h->fake, FAKE_SET_META, STORE_OK);
+    RUN_UNTIL(h->nstorage == 2); /* the next tick's probe */
+    CHECK(h->storage[1]);
+    struct fake_write w[8];
+    size_t n = fake_writes(h->fake, "storage_checked_ns", w, 8);
+    CHECK(n >= 1 && n <= 8);
+    if (n >= 1 && n <= 8) {
+        CHECK_EQ_I64(w[n - 1].err, STORE_OK);
+        CHECK(!w[n - 1].on_loop);
+    }
+    end_case();
+}
+
+/* Closing waits for the commit and the sync in flight, whose request is
+ * answered before the store is closed and done is called. */
+TEST(close_waits_for_the_commit_and_sync_in_flight)
+{
+    begin_case();
+    start(LONG_TTL_NS);
+    struct request a;
+    fake_hold(h->fake, FAKE_APPLY);
+    fake_hold(h->fake, FAKE_SYNC);
+    acquire(&a, "s1", "alice");
+    SUBMIT(&a);
+    RUN_UNTIL(fake_waiting(h->fake, FAKE_APPLY) == 1);
+    h->closing = true;
+    server_close(h->srv, on_closed, h);
+    fake_release(h->fake, FAKE_APPLY);
+    RUN_UNTIL(fake_waiting(h->fake, FAKE_SYNC) == 1);
+    CHECK(!h->closed);
+    CHECK(!fake_closed(h->fake));
+    CHECK(!answered(&a));
+    fake_release(h->fake, FAKE_SYNC);
+    RUN_UNTIL(h->closed);
+    CHECK_EQ_U64(h->replied_at_close, 1);
+    CHECK_EQ_I64(a.status, REPLY_OK);
+    CHECK(fake_closed(h->fake));
+    end_case();
+}
+
+/* --- Admin Stats ----------------------------------------------------- */
+
+/* Stats counts the leases live when it is asked: right after acquires
+ * and a release, and again once they have expired (the gauge of
+ * /metrics is only refreshed by the ticks, a second apart). */
+TEST(stats_count_the_leases_live_now)
+{
+    begin_case();
+    start(2000 * MS);
+    struct request a, b, c, rel, st, st2;
+    acquire(&a, "s1", "alice");
+    acquire(&b, "s2", "bob");
+    acquire(&c, "s3", "carol");
+    SUBMIT(&a, &b, &c);
+    RUN_UNTIL(answered(&c));
+    lease_req(&rel, OP_RELEASE, "s3", "carol", c.grant_token);
+    SUBMIT(&rel);
+    RUN_UNTIL(answered(&rel));
+    stats(&st);
+    SUBMIT(&st);
+    RUN_UNTIL(answered(&st));
+    CHECK_EQ_I64(st.status, REPLY_OK);
+    CHECK(st.admin != NULL);
+    if (st.admin != NULL) {
+        CHECK_EQ_U64(st.admin->stats.live_leases, 2);
+        CHECK_EQ_U64(st.admin->stats.lease_entries, 3);
+    }
+    run_for(2200); /* past every expiry */
+    stats(&st2);
+    SUBMIT(&st2);
+    RUN_UNTIL(answered(&st2));
+    CHECK(st2.admin != NULL);
+    if (st2.admin != NULL)
+        CHECK_EQ_U64(st2.admin->stats.live_leases, 0);
+    end_case();
+}
+
+/* --- The TTL a restart waits for ------------------------------------- */
+
+/* Restarted with a shorter TTL than the stored one: once the quarantine
+ * is over, the new TTL is written down, on the commit worker (the loop
+ * never waits for the disk), in turn with the batches; a failed write
+ * changes nothing and is tried again at the next tick. */
+TEST(quarantine_ttl_lowered_on_the_worker)
+{
+    begin_case();
+    fake_put_meta(h->fake, "quarantine_ttl_ns", 300 * MS);
+    start(100 * MS);
+    struct fake_write w[8];
+    CHECK_EQ_U64(fake_writes(h->fake, "quarantine_ttl_ns", w, 8), 1);
+    CHECK_EQ_I64(w[0].value, 300 * MS); /* at start: the longer one */
+    fake_fail(h->fake, FAKE_SET_META, STORE_EIO);
+    fake_hold(h->fake, FAKE_SET_META);
+    RUN_UNTIL(fake_waiting(h->fake, FAKE_SET_META) == 1); /* first tick */
+    struct request a;
+    acquire(&a, "s1", "alice");
+    SUBMIT(&a);
+    CHECK_EQ_U64(fake_entered(h->fake, FAKE_APPLY), 0); /* waits its turn */
+    fake_release(h->fake, FAKE_SET_META);
+    RUN_UNTIL(answered(&a));
+    CHECK_EQ_I64(a.status, REPLY_OK);
+    size_t n = fake_writes(h->fake, "quarantine_ttl_ns", w, 8);
+    CHECK_EQ_U64(n, 2);
+    if (n == 2) {
+        CHECK_EQ_I64(w[1].value, 100 * MS);
+        CHECK_EQ_I64(w[1].err, STORE_EIO);
+        CHECK(!w[1].on_loop);
+    }
+    CHECK_EQ_I64(fake_meta(h->fake, "quarantine_ttl_ns"), 300 * MS);
+    fake_fail(h->fake, FAKE_SET_META, STORE_OK);
+    RUN_UNTIL(fake_writes(h->fake, "quarantine_ttl_ns", w, 8) == 3);
+    n = fake_writes(h->fake, "quarantine_ttl_ns", w, 8);
+    if (n == 3) {
+        CHECK_EQ_I64(w[2].value, 100 * MS);
+        CHECK_EQ_I64(w[2].err, STORE_OK);
+        CHECK(!w[2].on_loop);
+    }
+    CHECK_EQ_I64(fake_meta(h->fake, "quarantine_ttl_ns"), 100 * MS);
+    CHECK_EQ_U64(h->nstorage, 0); /* not health's business */
+    end_case();
+}
+
+/* The TTL write's sync fails: as for any sync, the server reports the
+ * fatal error. */
+TEST(quarantine_ttl_sync_failure_is_fatal)
+{
+    begin_case();
+    fake_put_meta(h->fake, "quarantine_ttl_ns", 300 * MS);
+    start(100 * MS);
+    fake_fail(h->fake, FAKE_SET_META, STORE_ESYNC);
+    RUN_UNTIL(h->nfatal > 0);
+    CHECK(strstr(h->why, "syncing the WAL") != NULL);
+    struct fake_write w[8];
+    size_t n = fake_writes(h->fake, "quarantine_ttl_ns", w, 8);
+    CHECK_EQ_U64(n, 2);
+    if (n == 2)
+        CHECK(!w[1].on_loop);
+    CHECK(h->nstorage >= 1 && !h->storage[h->nstorage - 1]);
+    end_case();
+}
+
+CHECK_MAIN(takeover_answered_only_after_its_commit_and_sync,
+           renewal_of_a_synced_lease_answered_at_its_commit,
+           a_sync_answers_only_the_commits_ended_before_it,
+           a_sync_begun_during_a_commit_does_not_cover_it,
+           answers_wait_for_the_sync_of_the_takeover_they_saw,
+           commit_failing_while_a_sync_is_in_flight,
+           sync_failing_for_requests_spanning_two_commits,
+           full_queue_spills_into_the_next_batch,
+           failed_takeover_is_not_cleared_by_a_renewal,
+           close_waits_for_the_commit_and_sync_in_flight,
+           stats_count_the_leases_live_now,
+           quarantine_ttl_lowered_on_the_worker,
+           quarantine_ttl_sync_failure_is_fatal)
