@@ -12,6 +12,7 @@
 
 #include "addr.h"
 #include "grpc/health/v1/health.pb-c.h"
+#include "nanotime.h"
 #include "unary.h"
 
 #define DEFAULT_TIMEOUT_MS 5000
@@ -25,9 +26,7 @@
 
 static int64_t mono_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return nanotime_mono() / 1000000;
 }
 
 static int fail(char *errmsg, size_t len, const char *fmt, ...)

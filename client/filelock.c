@@ -33,6 +33,7 @@
 
 #include "client.h"
 #include "lease.h"
+#include "nanotime.h"
 #include "rules.h"
 
 #define MAX_SLOTS 64
@@ -56,9 +57,7 @@ struct record {
 static int64_t realtime_ns(void *arg)
 {
     (void)arg;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    return nanotime_wall();
 }
 
 static uint64_t hash(const char *s)

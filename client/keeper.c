@@ -13,6 +13,7 @@
 
 #include "client.h"
 #include "lease.h"
+#include "nanotime.h"
 
 #define RETRY_MAX_NS INT64_C(1000000000) /* between failed renewals */
 #define OWN_CLOCK_POLL_NS INT64_C(5000000)
@@ -45,16 +46,7 @@ struct lease_keeper_set {
 static int64_t mono_ns(void *arg)
 {
     (void)arg;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int64_t wall_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    return nanotime_mono();
 }
 
 static int64_t now(const struct lease_keeper *k)
@@ -79,8 +71,7 @@ static void wait_until(struct lease_keeper *k, int64_t until)
     if (k->now_ns != mono_ns && left > OWN_CLOCK_POLL_NS)
         left = OWN_CLOCK_POLL_NS; /* a clock we cannot sleep on */
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t t = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + left;
+    int64_t t = nanotime_mono() + left;
     ts.tv_sec = t / 1000000000;
     ts.tv_nsec = t % 1000000000;
     pthread_cond_timedwait(&k->wake, &k->lock, &ts);
@@ -191,7 +182,7 @@ int lease_keeper_start(struct lease_client *c, const char *session_id,
     }
     k->ttl_ns = opts != NULL && opts->ttl_ns > 0
                     ? opts->ttl_ns
-                    : k->lease.expiry_ns - wall_ns();
+                    : k->lease.expiry_ns - nanotime_wall();
     if (k->ttl_ns <= 0) {
         lease_release(c, &k->lease);
         free(k);

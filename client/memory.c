@@ -12,6 +12,7 @@
 #include "client.h"
 #include "engine.h"
 #include "lease.h"
+#include "nanotime.h"
 #include "rules.h"
 
 /* liblease checks lengths against lease.h's limits (which its public
@@ -31,9 +32,7 @@ struct memory {
 static int64_t realtime_ns(void *arg)
 {
     (void)arg;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    return nanotime_wall();
 }
 
 /* Commits an engine result; held: the rules' code for ENGINE_HELD. */

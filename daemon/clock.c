@@ -1,23 +1,16 @@
 /* The daemon's step-proof clock (see clock.h). */
 #include "clock.h"
 
-#include <time.h>
-
-static int64_t read_ns(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+#include "nanotime.h"
 
 int64_t clock_mono_ns(void)
 {
-    return read_ns(CLOCK_MONOTONIC);
+    return nanotime_mono();
 }
 
 int64_t clock_wall_ns(void)
 {
-    return read_ns(CLOCK_REALTIME);
+    return nanotime_wall();
 }
 
 void clock_init(struct clock *c)

@@ -204,7 +204,7 @@ static int supervise(pid_t child, int wake_rd, int64_t grace_ns)
         for (int i = 0; i < NFORWARDED; i++)
             if (atomic_exchange(&pending[i], false))
                 kill(child, forwarded[i]);
-        int64_t now = ctl_mono_ns();
+        int64_t now = nanotime_mono();
         if (!stopping && atomic_load(&lost)) {
             stopping = true;
             kill(child, SIGTERM);
@@ -253,7 +253,7 @@ int ctl_hold(struct ctl *c)
     rc = ctl_acquire(c, a->arg, owner, a->wait_ns, &l);
     if (rc != LEASE_OK)
         return ctl_fail(rc, "hold: acquire");
-    int64_t ttl_ns = a->ttl_ns > 0 ? a->ttl_ns : l.expiry_ns - ctl_wall_ns();
+    int64_t ttl_ns = a->ttl_ns > 0 ? a->ttl_ns : l.expiry_ns - nanotime_wall();
     if (ttl_ns <= 0) {
         fprintf(stderr, "leasectl: hold: the lease came back expired (are "
                         "the clocks apart? give --ttl)\n");

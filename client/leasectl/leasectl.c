@@ -33,20 +33,6 @@
 #define NAME_PART_MAX 64 /* bytes of the login and host names in an owner */
 #define GET_PATH "/leased.admin.v1.Admin/Get"
 
-int64_t ctl_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-int64_t ctl_wall_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 int ctl_exit_of(int err)
 {
     switch (err) {
@@ -141,11 +127,11 @@ static void name_part(char *out, size_t len, const char *name)
 
 static unsigned nonce(void)
 {
-    unsigned n = (unsigned)ctl_mono_ns() ^ (unsigned)getpid();
+    unsigned n = (unsigned)nanotime_mono() ^ (unsigned)getpid();
     int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
         if (read(fd, &n, sizeof(n)) != (ssize_t)sizeof(n))
-            n ^= (unsigned)ctl_wall_ns();
+            n ^= (unsigned)nanotime_wall();
         close(fd);
     }
     return n;
@@ -206,7 +192,7 @@ static void print_lease_fields(const struct ctl *c, const char *session,
         printf("}\n");
         return;
     }
-    double in_s = (double)(expiry_ns - ctl_wall_ns()) / 1e9;
+    double in_s = (double)(expiry_ns - nanotime_wall()) / 1e9;
     printf("%s  owner %s  token %" PRIu64 "  expires %s (%s%.1fs)%s\n",
            session, owner, token, when, in_s >= 0 ? "in " : "",
            in_s >= 0 ? in_s : -in_s, live == 0 ? "  expired" : "");
@@ -221,10 +207,10 @@ void ctl_print_lease(const struct ctl *c, const struct lease *l)
 int ctl_acquire(struct ctl *c, const char *session, const char *owner,
                 int64_t wait_ns, struct lease *out)
 {
-    int64_t until = ctl_mono_ns() + wait_ns;
+    int64_t until = nanotime_mono() + wait_ns;
     for (;;) {
         int rc = lease_acquire(c->client, session, owner, out);
-        int64_t left = until - ctl_mono_ns();
+        int64_t left = until - nanotime_mono();
         if (rc != LEASE_EHELD || left <= 0)
             return rc;
         int64_t nap = left < WAIT_POLL_NS ? left : WAIT_POLL_NS;

@@ -13,6 +13,7 @@
 
 #include "conn.h"
 #include "lease.h"
+#include "nanotime.h"
 
 /* Exit codes (docs/leasectl.1). */
 enum {
@@ -122,9 +123,6 @@ void ctl_print_lease(const struct ctl *c, const struct lease *l);
  * until it is free or wait_ns has passed. */
 int ctl_acquire(struct ctl *c, const char *session, const char *owner,
                 int64_t wait_ns, struct lease *out);
-
-int64_t ctl_mono_ns(void);
-int64_t ctl_wall_ns(void);
 
 /* `leasectl hold SESSION [--owner O] [--wait D] [--grace D] [--ttl D] --
  * CMD ARGS…`, as c->args has it. Returns the exit code. */
