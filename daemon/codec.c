@@ -100,7 +100,7 @@ int codec_decode(enum request_op op, const uint8_t *buf, size_t len,
 {
     *msg = NULL;
     req->op = op;
-    if (op >= OP_GET) {
+    if (request_is_admin(op)) {
         if (decode_admin(op, buf, len, req, msg) == 0)
             return 0;
         codec_free(*msg);
@@ -183,8 +183,9 @@ void codec_method_path(enum request_op op, char *buf, size_t cap)
         [OP_RELEASE] = "Release", [OP_GET] = "Get", [OP_LIST] = "List",
         [OP_STATS] = "Stats"};
     const ProtobufCServiceDescriptor *d =
-        op >= OP_GET ? &leased__admin__v1__admin__descriptor
-                     : &mecatl__driver__v1__session_lease_service__descriptor;
+        request_is_admin(op)
+            ? &leased__admin__v1__admin__descriptor
+            : &mecatl__driver__v1__session_lease_service__descriptor;
     const ProtobufCMethodDescriptor *m =
         protobuf_c_service_descriptor_get_method_by_name(d, names[op]);
     assert(m != NULL);

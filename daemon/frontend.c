@@ -1,18 +1,28 @@
 /*
  * The gRPC front end (see frontend.h).
  *
- * Each call is a struct rpc, used by one thread at a time:
+ * Each lease, admin or unknown-method call is a struct rpc, used by one
+ * thread at a time. Its states, and every edge move() allows:
  *
- *   ARMED    requested from the server for a lease method; the
- *            completion-queue (CQ) thread gets it when a call arrives,
- *            arms a successor, decodes it, and either answers it (bad
- *            input, queue full) -> SENDING, or queues it -> AT_LOOP
- *   UNKNOWN  requested for any other method -> SENDING (UNIMPLEMENTED)
- *   AT_LOOP  owned by the loop until frontend_reply() puts it on the
- *            reply list -> READY
- *   READY    on the reply list; the CQ thread encodes and sends the
- *            reply -> SENDING
- *   SENDING  the final batch completes; the CQ thread frees it
+ *   REQUESTED  requested from the server; the completion-queue (CQ)
+ *              thread gets it when a call arrives and requests a successor
+ *     -> SENDING   answered at once: draining, no or a wrong bearer token,
+ *                  bad input, queue full, or an unknown method
+ *     -> AT_LOOP   queued for the loop
+ *     -> DONE      the request failed: the server is shutting down
+ *   AT_LOOP    owned by the loop
+ *     -> READY     frontend_reply() puts it on the reply list (the loop)
+ *   READY      on the reply list
+ *     -> SENDING   the CQ thread takes the list and starts its reply
+ *   SENDING    the final batch is pending
+ *     -> DONE      it completed, or could not start: the rpc is freed
+ *
+ * An rpc has a tag for each of its batches (see struct frontend_tag):
+ * `requested` (TAG_CALL: the call arrived, or the request failed),
+ * `handback` (TAG_HANDBACK, below) and `reply` (TAG_REPLY, the final
+ * batch); no two are pending at once. grpc.health.v1 calls are health.c's,
+ * with tags and states of their own; the CQ thread hands their events
+ * over.
  *
  * Replies are built and started on the CQ thread: a batch started there
  * needs no hop through gRPC's executor (measured: 10-20% CPU). The reply
@@ -24,18 +34,25 @@
  * list non-empty posts nothing), so no rpc is freed while its empty batch
  * is pending.
  *
- * Drain: the loop sets `draining`. Health turns NOT_SERVING, Watch
- * streams end, calls that arrive now are refused (UNAVAILABLE), nothing
- * new is armed, and the calls in progress are answered as usual. Only
- * once none is left and LINGER_MS went by does the CQ thread shut the
- * server down: closing a connection before the client read its last
- * replies can reset it (measured: a reply or two lost in 1 of 20 drains
- * of 100 calls when gRPC closed at once). gRPC then sends GOAWAY, armed
- * requests complete unsuccessfully and are freed, clients close their
- * connections; after another LINGER_MS, or --drain-timeout after the
- * drain began, it cancels what is left, which also closes idle
- * connections. The thread ends once the notify tag has arrived and no
- * rpc is left, then destroys the server and the queue and wakes the loop.
+ * Drain: the loop sets `draining`. Health turns NOT_SERVING and Watch
+ * streams end; every call that arrives is still requested and refused at
+ * once (UNAVAILABLE "draining", which a client may retry elsewhere): a
+ * call left waiting in gRPC for a request would be cancelled when the
+ * server shuts down (CANCELLED, which says nothing about its fate). The
+ * calls in progress are answered as usual. Only once none is left and
+ * LINGER_MS went by without a call does the CQ thread shut the server
+ * down: closing a connection before the client read its last replies can
+ * reset it (measured: a reply or two lost in 1 of 20 drains of 100 calls
+ * when gRPC closed at once). gRPC then sends GOAWAY, requests complete
+ * unsuccessfully and are freed, clients close their connections; after
+ * another LINGER_MS, or --drain-timeout after the drain began, it cancels
+ * what is left, which also closes idle connections. (gRPC itself cancels
+ * a call that reaches it after the shutdown: one sent after LINGER_MS
+ * without any call, before its client saw the GOAWAY. A client that keeps
+ * calling without a pause holds the drain until --drain-timeout, when the
+ * shutdown and the cancel come together.) The thread ends once the
+ * notify tag has arrived and no call is left, then destroys the server
+ * and the queue and wakes the loop.
  */
 #include "frontend.h"
 
@@ -53,6 +70,7 @@
 
 #include "clock.h"
 #include "codec.h"
+#include "health.h"
 #include "listeners.h"
 #include "log.h"
 #include "metrics.h"
@@ -65,49 +83,55 @@
 #define ARMED_HEALTH 2 /* per health method */
 #define LINGER_MS 200   /* see Drain above */
 #define TICK_MS 50      /* the CQ thread's wake-up while draining */
+#define IDLE_TICK_MS 200 /* and otherwise */
+
+_Static_assert(NMETHODS == OP_STATS + 1, "one registered method per op");
+
+#define container_of(p, type, member) \
+    ((type *)((char *)(p) - offsetof(type, member)))
 
 enum rpc_state {
-    RPC_ARMED,
-    RPC_UNKNOWN,
-    RPC_HEALTH, /* requested for Check or Watch (see health) */
+    RPC_REQUESTED,
     RPC_AT_LOOP,
     RPC_READY,
     RPC_SENDING,
-    RPC_WATCHING,
+    RPC_DONE,
+    RPC_NSTATES,
 };
 
-/* grpc.health.v1 ServingStatus numbers. */
-enum { HEALTH_SERVING = 1, HEALTH_NOT_SERVING = 2, HEALTH_UNKNOWN_SERVICE = 3 };
+#define TO(s) (1u << (s))
+
+static const unsigned edges[RPC_NSTATES] = {
+    [RPC_REQUESTED] = TO(RPC_SENDING) | TO(RPC_AT_LOOP) | TO(RPC_DONE),
+    [RPC_AT_LOOP] = TO(RPC_READY),
+    [RPC_READY] = TO(RPC_SENDING),
+    [RPC_SENDING] = TO(RPC_DONE),
+};
+
+static const char *const state_names[RPC_NSTATES] = {
+    "REQUESTED", "AT_LOOP", "READY", "SENDING", "DONE",
+};
 
 struct rpc {
     struct request req; /* first: the loop sees only this */
+    struct frontend_tag requested, handback, reply; /* see above */
     struct frontend *fe;
     /* Atomic so that the hand-back from the loop (frontend_reply) orders
      * the loop's writes to req before the CQ thread reads them in a way
      * ThreadSanitizer can see; gRPC's queue orders them too. */
     _Atomic enum rpc_state state;
+    bool unknown; /* requested for any method leased does not serve */
     grpc_call *call;
     gpr_timespec deadline;
     grpc_metadata_array metadata;
     grpc_byte_buffer *payload;
-    grpc_call_details details; /* RPC_UNKNOWN only */
+    grpc_call_details details; /* unknown methods only */
     void *msg;                 /* decoded message req points into */
     grpc_byte_buffer *body;    /* reply message */
     grpc_slice status_details;
     int cancelled;
     struct rpc *next_reply; /* the reply list */
-
-    enum metric_method method; /* for metrics */
-    int64_t accepted_ns;       /* lease calls: when they arrived */
-
-    /* Health calls (RPC_HEALTH, RPC_WATCHING). */
-    bool watch;                /* Watch rather than Check */
-    bool watch_known;          /* the service asked about is one we serve */
-    int watch_sent;            /* the status last sent; 0 none yet */
-    bool watch_sending;        /* a send batch is pending */
-    bool watch_closed;         /* the call is over (close batch done) */
-    bool watch_ending;         /* the final status went out */
-    struct rpc *next_watcher;
+    int64_t accepted_ns;    /* lease calls: when they arrived */
 };
 
 struct frontend {
@@ -115,7 +139,6 @@ struct frontend {
     grpc_server *server;
     grpc_completion_queue *cq;
     void *methods[NMETHODS];
-    void *health_methods[2]; /* Check, Watch */
     size_t max_pending;
     int64_t drain_ms;
     atomic_bool serving; /* storage healthy (set by the loop) */
@@ -134,8 +157,7 @@ struct frontend {
 
     /* CQ thread only (and the creating thread before it starts). */
     struct peers peers;
-    struct rpc *watchers; /* open Watch streams */
-    int health_seen;      /* the status watchers were last updated to */
+    struct health health;
     pthread_t thread;
     bool thread_started;
     size_t live;  /* rpcs allocated */
@@ -145,11 +167,11 @@ struct frontend {
     int64_t closed_at_ms;   /* the server was shut down; 0 before */
     bool notified;          /* the shutdown tag came back */
     bool cancelled_all;
+    struct frontend_tag shutdown_tag;
 
     atomic_bool draining; /* set by the loop */
     atomic_bool thread_done;
     bool stopped_reported; /* loop only */
-    char shutdown_tag;     /* its address is the tag */
 };
 
 static const grpc_status_code status_codes[] = {
@@ -162,9 +184,34 @@ static const grpc_status_code status_codes[] = {
     [REPLY_NOT_FOUND] = GRPC_STATUS_NOT_FOUND,
 };
 
+/* Every state change: aborts on an edge the table above does not have. */
+static void move(struct rpc *r, enum rpc_state next)
+{
+    enum rpc_state state = atomic_load(&r->state);
+    if (!(edges[state] & TO(next))) {
+        log_error("bad_transition", "what=rpc from=%s to=%s",
+                  state_names[state], state_names[next]);
+        abort();
+    }
+    atomic_store(&r->state, next);
+}
+
+/* Aborts unless r is in state, the only one event can come in. */
+static void expect(struct rpc *r, enum rpc_state state, const char *event)
+{
+    enum rpc_state now = atomic_load(&r->state);
+    if (now != state) {
+        log_error("bad_event", "what=rpc event=%s state=%s", event,
+                  state_names[now]);
+        abort();
+    }
+}
+
+/* -> DONE: frees r. */
 static void rpc_free(struct rpc *r)
 {
     struct frontend *fe = r->fe;
+    move(r, RPC_DONE);
     codec_free(r->msg);
     admin_result_free(r->req.admin);
     grpc_byte_buffer_destroy(r->payload);
@@ -178,13 +225,19 @@ static void rpc_free(struct rpc *r)
     fe->live--;
 }
 
-static struct rpc *rpc_new(struct frontend *fe, enum rpc_state state)
+/* A new rpc in REQUESTED, not yet requested; NULL when out of memory. */
+static struct rpc *rpc_new(struct frontend *fe)
 {
     struct rpc *r = calloc(1, sizeof(*r));
-    if (r == NULL)
+    if (r == NULL) {
+        log_error("arm_failed", "reason=\"out of memory\"");
         return NULL;
+    }
+    r->requested.kind = TAG_CALL;
+    r->handback.kind = TAG_HANDBACK;
+    r->reply.kind = TAG_REPLY;
     r->fe = fe;
-    r->state = state;
+    atomic_init(&r->state, RPC_REQUESTED);
     r->status_details = grpc_empty_slice();
     grpc_metadata_array_init(&r->metadata);
     grpc_call_details_init(&r->details);
@@ -192,47 +245,50 @@ static struct rpc *rpc_new(struct frontend *fe, enum rpc_state state)
     return r;
 }
 
-/* Requests the next call, unless shutting down: of lease method `method`
- * (state RPC_ARMED), of any unknown method (RPC_UNKNOWN), or of Check
- * (method 0) or Watch (1) (RPC_HEALTH). */
-static void arm(struct frontend *fe, enum rpc_state state, int method)
+/* Counts r as requested if err says so, else frees it. */
+static void note_request(struct rpc *r, grpc_call_error err)
 {
-    if (atomic_load(&fe->draining))
-        return;
-    struct rpc *r = rpc_new(fe, state);
-    if (r == NULL) {
-        log_error("arm_failed", "reason=\"out of memory\"");
-        return;
-    }
-    void *registered = NULL;
-    r->method = MM_OTHER;
-    if (state == RPC_ARMED) {
-        r->req.op = (enum request_op)method;
-        r->method = method >= OP_GET ? MM_ADMIN
-                                     : (enum metric_method)(MM_ACQUIRE + method);
-        registered = fe->methods[method];
-    } else if (state == RPC_HEALTH) {
-        r->watch = method == 1;
-        r->method = r->watch ? MM_HEALTH_WATCH : MM_HEALTH_CHECK;
-        registered = fe->health_methods[method];
-    }
-    grpc_call_error err =
-        registered == NULL
-            ? grpc_server_request_call(fe->server, &r->call, &r->details,
-                                       &r->metadata, fe->cq, fe->cq, r)
-            : grpc_server_request_registered_call(
-                  fe->server, registered, &r->call, &r->deadline,
-                  &r->metadata, &r->payload, fe->cq, fe->cq, r);
     if (err != GRPC_CALL_OK) {
         log_error("arm_failed", "grpc_call_error=%d", (int)err);
         rpc_free(r);
         return;
     }
-    fe->armed++;
+    r->fe->armed++;
 }
 
-/* Starts the final batch: the status, and the message when body is set
- * (taken). */
+/* Requests the next call of the lease or admin method op. Once the server
+ * shut down, the request completes at once, unsuccessfully. */
+static void arm(struct frontend *fe, enum request_op op)
+{
+    struct rpc *r = rpc_new(fe);
+    if (r == NULL)
+        return;
+    r->req.op = op;
+    note_request(r, grpc_server_request_registered_call(
+                        fe->server, fe->methods[op], &r->call, &r->deadline,
+                        &r->metadata, &r->payload, fe->cq, fe->cq,
+                        &r->requested));
+}
+
+/* Requests the next call of any method not registered. */
+static void arm_unknown(struct frontend *fe)
+{
+    struct rpc *r = rpc_new(fe);
+    if (r == NULL)
+        return;
+    r->unknown = true;
+    note_request(r, grpc_server_request_call(fe->server, &r->call,
+                                             &r->details, &r->metadata,
+                                             fe->cq, fe->cq, &r->requested));
+}
+
+static enum metric_method metric_of(const struct rpc *r)
+{
+    return r->unknown ? MM_OTHER : metrics_method(r->req.op);
+}
+
+/* -> SENDING: starts the final batch, the status, and the message when
+ * body is set (taken). */
 static void send_reply(struct rpc *r, grpc_status_code code,
                        const char *details, grpc_byte_buffer *body)
 {
@@ -253,12 +309,14 @@ static void send_reply(struct rpc *r, grpc_status_code code,
         GRPC_SLICE_LENGTH(r->status_details) > 0 ? &r->status_details : NULL;
     ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     ops[n++].data.recv_close_on_server.cancelled = &r->cancelled;
-    metrics_count_request(r->method, (int)code);
+    enum metric_method m = metric_of(r);
+    metrics_count_request(m, (int)code);
     if (r->accepted_ns != 0)
-        metrics_observe(&metrics.latency[r->method],
+        metrics_observe(&metrics.latency[m],
                         (double)(clock_mono_ns() - r->accepted_ns) / 1e9);
-    r->state = RPC_SENDING;
-    grpc_call_error err = grpc_call_start_batch(r->call, ops, n, r, NULL);
+    move(r, RPC_SENDING);
+    grpc_call_error err =
+        grpc_call_start_batch(r->call, ops, n, &r->reply, NULL);
     if (err != GRPC_CALL_OK) {
         log_error("reply_failed", "grpc_call_error=%d", (int)err);
         rpc_free(r);
@@ -276,7 +334,7 @@ static grpc_byte_buffer *make_body(const uint8_t *buf, size_t n)
 static void reply_request(struct rpc *r)
 {
     grpc_byte_buffer *body = NULL;
-    if (r->req.status == REPLY_OK && r->req.op >= OP_GET) {
+    if (r->req.status == REPLY_OK && request_is_admin(r->req.op)) {
         size_t n;
         uint8_t *buf = codec_encode_admin(&r->req, &n);
         if (buf == NULL) {
@@ -306,6 +364,7 @@ static bool read_payload(struct rpc *r, grpc_slice *out)
     return true;
 }
 
+/* -> AT_LOOP, or SENDING when too many are there already. */
 static void hand_off(struct frontend *fe, struct rpc *r)
 {
     if (atomic_fetch_add(&fe->pending, 1) >= fe->max_pending) {
@@ -317,7 +376,7 @@ static void hand_off(struct frontend *fe, struct rpc *r)
         return;
     }
     atomic_fetch_add(&metrics.queue_depth, 1);
-    r->state = RPC_AT_LOOP;
+    move(r, RPC_AT_LOOP);
     r->req.next = NULL;
     pthread_mutex_lock(&fe->lock);
     if (fe->tail != NULL)
@@ -337,7 +396,7 @@ static bool admit(struct rpc *r)
     if (fe->log_identities)
         peers_note(&fe->peers, r->call);
     struct tokens *tokens =
-        r->state == RPC_ARMED && r->req.op >= OP_GET && fe->admin_tokens
+        !r->unknown && request_is_admin(r->req.op) && fe->admin_tokens
             ? fe->admin_tokens
             : fe->tokens;
     if (tokens == NULL)
@@ -356,14 +415,15 @@ static bool admit(struct rpc *r)
     return false;
 }
 
-/* A lease call arrived: decode it, answer bad input at once. */
+/* A lease or admin call arrived: refuse it while draining, decode it,
+ * answer bad input at once, queue the rest for the loop. */
 static void accept_call(struct rpc *r)
 {
     struct frontend *fe = r->fe;
     enum request_op op = r->req.op;
-    if (op < OP_GET)
+    if (!request_is_admin(op))
         r->accepted_ns = clock_mono_ns();
-    arm(fe, RPC_ARMED, op);
+    arm(fe, op);
     if (atomic_load(&fe->draining)) {
         send_reply(r, GRPC_STATUS_UNAVAILABLE, "draining", NULL);
         return;
@@ -390,7 +450,7 @@ static void accept_call(struct rpc *r)
 
 static void reject_unknown(struct rpc *r)
 {
-    arm(r->fe, RPC_UNKNOWN, 0);
+    arm_unknown(r->fe);
     if (!admit(r))
         return;
     char *method = grpc_slice_to_c_string(r->details.method);
@@ -401,157 +461,21 @@ static void reject_unknown(struct rpc *r)
     send_reply(r, GRPC_STATUS_UNIMPLEMENTED, details, NULL);
 }
 
-/* --- grpc.health.v1 ------------------------------------------------------
- *
- * Answered on this thread, without a bearer token (probes send none), for
- * the whole server ("") and the lease service: NOT_SERVING while the
- * storage fails or once draining began, SERVING otherwise. A Watch stream
- * has two batches: RECV_CLOSE_ON_SERVER, pending until the call is over
- * (its tag is the rpc's address + 1), and at most one send at a time; it
- * gets each new status, and when draining, NOT_SERVING and then its end.
- */
-
-static int health_now(struct frontend *fe)
+/* A requested call arrived, or the request failed. */
+static void on_call(struct rpc *r, bool success)
 {
-    return atomic_load(&fe->draining) || !atomic_load(&fe->serving)
-               ? HEALTH_NOT_SERVING
-               : HEALTH_SERVING;
-}
-
-static void *close_tag(struct rpc *r)
-{
-    return (char *)r + 1; /* rpcs are malloc'd: the low bit is free */
-}
-
-static void watcher_free(struct rpc *r)
-{
-    struct frontend *fe = r->fe;
-    struct rpc **p = &fe->watchers;
-    while (*p != r)
-        p = &(*p)->next_watcher;
-    *p = r->next_watcher;
-    rpc_free(r);
-}
-
-/* Sends what the watcher has not seen yet: a new status, or, when
- * draining and it has seen NOT_SERVING, the end of the stream. */
-static void watch_update(struct rpc *r)
-{
-    struct frontend *fe = r->fe;
-    if (r->watch_sending || r->watch_closed || r->watch_ending)
-        return;
-    int want = r->watch_known ? health_now(fe) : HEALTH_UNKNOWN_SERVICE;
-    grpc_op ops[2];
-    memset(ops, 0, sizeof(ops));
-    size_t n = 0;
-    if (want != r->watch_sent) {
-        if (r->watch_sent == 0)
-            ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-        uint8_t buf[CODEC_REPLY_MAX];
-        grpc_byte_buffer_destroy(r->body);
-        r->body = make_body(buf, codec_encode_health(want, buf, sizeof(buf)));
-        ops[n].op = GRPC_OP_SEND_MESSAGE;
-        ops[n++].data.send_message.send_message = r->body;
-        r->watch_sent = want;
-    } else if (atomic_load(&fe->draining)) {
-        ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-        ops[n++].data.send_status_from_server.status = GRPC_STATUS_OK;
-        r->watch_ending = true;
-        metrics_count_request(MM_HEALTH_WATCH, GRPC_STATUS_OK);
-    } else {
-        return;
-    }
-    if (grpc_call_start_batch(r->call, ops, n, r, NULL) == GRPC_CALL_OK) {
-        r->watch_sending = true;
-    } else {
-        log_error("watch_failed", NULL);
-        r->watch_ending = true;
-        grpc_call_cancel(r->call, NULL);
-    }
-}
-
-/* Brings every watcher up to date once the status changed, and while
- * draining. */
-static void update_watchers(struct frontend *fe)
-{
-    int now = health_now(fe);
-    if (now == fe->health_seen && !atomic_load(&fe->draining))
-        return;
-    fe->health_seen = now;
-    for (struct rpc *w = fe->watchers; w != NULL; w = w->next_watcher)
-        watch_update(w);
-}
-
-/* A Check or Watch call arrived. */
-static void accept_health(struct rpc *r)
-{
-    struct frontend *fe = r->fe;
-    arm(fe, RPC_HEALTH, r->watch);
-    char service[256];
-    grpc_slice s;
-    bool ok = read_payload(r, &s);
-    if (ok) {
-        ok = codec_decode_health(GRPC_SLICE_START_PTR(s),
-                                 GRPC_SLICE_LENGTH(s), service,
-                                 sizeof(service)) == 0;
-        grpc_slice_unref(s);
-    }
-    if (!ok) {
-        send_reply(r, GRPC_STATUS_INVALID_ARGUMENT,
-                   "malformed HealthCheckRequest", NULL);
-        return;
-    }
-    bool known = service[0] == '\0' ||
-                 strcmp(service, codec_lease_service_name()) == 0;
-    if (!r->watch) {
-        uint8_t buf[CODEC_REPLY_MAX];
-        if (known)
-            send_reply(r, GRPC_STATUS_OK, NULL,
-                       make_body(buf, codec_encode_health(health_now(fe), buf,
-                                                          sizeof(buf))));
-        else
-            send_reply(r, GRPC_STATUS_NOT_FOUND, "unknown service", NULL);
-        return;
-    }
-    r->state = RPC_WATCHING;
-    r->watch_known = known;
-    r->next_watcher = fe->watchers;
-    fe->watchers = r;
-    grpc_op op;
-    memset(&op, 0, sizeof(op));
-    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    op.data.recv_close_on_server.cancelled = &r->cancelled;
-    if (grpc_call_start_batch(r->call, &op, 1, close_tag(r), NULL) !=
-        GRPC_CALL_OK) {
-        log_error("watch_failed", NULL);
-        watcher_free(r);
-        return;
-    }
-    watch_update(r);
-}
-
-/* A watcher's send batch completed. */
-static void watch_sent(struct rpc *r, bool success)
-{
-    r->watch_sending = false;
-    if (r->watch_closed) {
-        watcher_free(r);
-        return;
-    }
+    expect(r, RPC_REQUESTED, "call");
+    r->fe->armed--;
     if (!success)
-        r->watch_ending = true; /* the stream broke; its close follows */
-    watch_update(r);
+        rpc_free(r); /* the server is shutting down */
+    else if (r->unknown)
+        reject_unknown(r);
+    else
+        accept_call(r);
 }
 
-/* A watcher's call is over. */
-static void watch_closed(struct rpc *r)
-{
-    r->watch_closed = true;
-    if (!r->watch_sending)
-        watcher_free(r);
-}
-
-/* Sends every reply the loop handed back. */
+/* The head of the reply list's empty batch completed: sends every reply
+ * the loop handed back. */
 static void send_replies(struct frontend *fe)
 {
     pthread_mutex_lock(&fe->lock);
@@ -567,55 +491,48 @@ static void send_replies(struct frontend *fe)
 
 static void on_event(struct frontend *fe, grpc_event ev)
 {
-    if (ev.tag == &fe->shutdown_tag) {
-        fe->notified = true;
+    struct frontend_tag *tag = ev.tag;
+    struct rpc *r;
+    switch (tag->kind) {
+    case TAG_CALL:
+        on_call(container_of(tag, struct rpc, requested), ev.success);
         return;
-    }
-    if ((uintptr_t)ev.tag & 1) {
-        watch_closed((struct rpc *)((char *)ev.tag - 1));
-        return;
-    }
-    struct rpc *r = ev.tag;
-    if (r->state == RPC_ARMED || r->state == RPC_UNKNOWN ||
-        r->state == RPC_HEALTH)
-        fe->armed--;
-    switch (r->state) {
-    case RPC_ARMED:
-        if (ev.success)
-            accept_call(r);
-        else
-            rpc_free(r); /* the server is shutting down */
-        return;
-    case RPC_UNKNOWN:
-        if (ev.success)
-            reject_unknown(r);
-        else
-            rpc_free(r);
-        return;
-    case RPC_HEALTH:
-        if (ev.success)
-            accept_health(r);
-        else
-            rpc_free(r);
-        return;
-    case RPC_WATCHING:
-        watch_sent(r, ev.success);
-        return;
-    case RPC_READY:
+    case TAG_HANDBACK:
         send_replies(fe);
         return;
-    case RPC_SENDING:
+    case TAG_REPLY:
+        r = container_of(tag, struct rpc, reply);
+        expect(r, RPC_SENDING, "reply");
         rpc_free(r);
         return;
-    case RPC_AT_LOOP:
-        break;
+    case TAG_SHUTDOWN:
+        fe->notified = true;
+        return;
+    case TAG_HEALTH_CALL:
+    case TAG_HEALTH_SENT:
+    case TAG_HEALTH_CLOSED:
+        health_on_event(&fe->health, tag, ev.success);
+        return;
     }
-    abort(); /* an event for an rpc the loop owns */
+    abort(); /* not a tag of ours */
 }
 
 static int64_t now_ms(void)
 {
     return clock_mono_ns() / 1000000;
+}
+
+/* Whether a call is in progress: arrived and not yet over. */
+static bool busy(const struct frontend *fe)
+{
+    return fe->live != fe->armed || health_busy(&fe->health);
+}
+
+/* Whether the server shut down and no call is left, requested ones
+ * included. */
+static bool finished(const struct frontend *fe)
+{
+    return fe->notified && fe->live == 0 && health_empty(&fe->health);
 }
 
 /* A step of the drain (see Drain above), on each wake-up while draining. */
@@ -624,14 +541,14 @@ static void drain(struct frontend *fe)
     int64_t now = now_ms();
     if (fe->drain_began_ms == 0)
         fe->drain_began_ms = now;
-    bool busy = fe->live != fe->armed;
-    if (busy)
+    bool in_progress = busy(fe);
+    if (in_progress)
         fe->idle_since_ms = 0;
     else if (fe->idle_since_ms == 0)
         fe->idle_since_ms = now;
     bool late = now - fe->drain_began_ms > fe->drain_ms;
     if (fe->closed_at_ms == 0) {
-        if (!late && (busy || now - fe->idle_since_ms < LINGER_MS))
+        if (!late && (in_progress || now - fe->idle_since_ms < LINGER_MS))
             return;
         fe->closed_at_ms = now;
         grpc_server_shutdown_and_notify(fe->server, fe->cq, &fe->shutdown_tag);
@@ -640,30 +557,16 @@ static void drain(struct frontend *fe)
     } else if (!late && now - fe->closed_at_ms < LINGER_MS) {
         return;
     }
-    if (busy)
+    if (in_progress)
         log_warn("cancelling_calls", "after_ms=%lld", (long long)fe->drain_ms);
     grpc_server_cancel_all_calls(fe->server);
     fe->cancelled_all = true;
 }
 
-static void *cq_thread(void *arg)
+/* Destroys the server, which shut down and has no call left, and the
+ * queue. */
+static void close_queue(struct frontend *fe)
 {
-    struct frontend *fe = arg;
-    for (;;) {
-        if (fe->notified && fe->live == 0)
-            break;
-        bool draining = atomic_load(&fe->draining);
-        grpc_event ev = grpc_completion_queue_next(
-            fe->cq, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                 gpr_time_from_millis(draining ? TICK_MS : 200,
-                                                      GPR_TIMESPAN)),
-            NULL);
-        if (ev.type == GRPC_OP_COMPLETE)
-            on_event(fe, ev);
-        update_watchers(fe);
-        if (draining && !fe->cancelled_all)
-            drain(fe);
-    }
     grpc_server_destroy(fe->server);
     grpc_completion_queue_shutdown(fe->cq);
     while (grpc_completion_queue_next(fe->cq,
@@ -671,6 +574,27 @@ static void *cq_thread(void *arg)
                .type != GRPC_QUEUE_SHUTDOWN)
         ;
     grpc_completion_queue_destroy(fe->cq);
+}
+
+static void *cq_thread(void *arg)
+{
+    struct frontend *fe = arg;
+    while (!finished(fe)) {
+        bool draining = atomic_load(&fe->draining);
+        grpc_event ev = grpc_completion_queue_next(
+            fe->cq, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                 gpr_time_from_millis(draining ? TICK_MS
+                                                               : IDLE_TICK_MS,
+                                                      GPR_TIMESPAN)),
+            NULL);
+        health_set(&fe->health, atomic_load(&fe->serving),
+                   atomic_load(&fe->draining));
+        if (ev.type == GRPC_OP_COMPLETE)
+            on_event(fe, ev);
+        if (draining && !fe->cancelled_all)
+            drain(fe);
+    }
+    close_queue(fe);
     atomic_store(&fe->thread_done, true);
     uv_async_send(&fe->async);
     return NULL;
@@ -696,9 +620,10 @@ void frontend_reply(struct frontend *fe, struct request *req)
 {
     struct rpc *r = (struct rpc *)req;
     grpc_call *call = r->call;
+    struct frontend_tag *handback = &r->handback;
     atomic_fetch_sub(&fe->pending, 1);
     atomic_fetch_sub(&metrics.queue_depth, 1);
-    r->state = RPC_READY;
+    move(r, RPC_READY);
     r->next_reply = NULL;
     pthread_mutex_lock(&fe->lock);
     bool first = fe->replies == NULL;
@@ -710,7 +635,8 @@ void frontend_reply(struct frontend *fe, struct request *req)
     pthread_mutex_unlock(&fe->lock);
     if (!first)
         return; /* the head's empty batch brings the CQ thread */
-    grpc_call_error err = grpc_call_start_batch(call, NULL, 0, r, NULL);
+    grpc_call_error err = grpc_call_start_batch(call, NULL, 0, handback,
+                                                NULL);
     if (err != GRPC_CALL_OK) {
         log_error("handback_failed", "grpc_call_error=%d", (int)err);
         abort();
@@ -762,7 +688,12 @@ struct frontend *frontend_create(uv_loop_t *loop,
     fe->log_identities =
         opts->tls != NULL && tls_requires_client_cert(opts->tls);
     fe->cb = *cb;
+    fe->shutdown_tag.kind = TAG_SHUTDOWN;
     pthread_mutex_init(&fe->lock, NULL);
+    /* From here on, failing means closing this handle, whose close
+     * callback frees fe: the caller's loop must run once more. */
+    uv_async_init(loop, &fe->async, on_async);
+    fe->async.data = fe;
 
     fe->server = listeners_server_create(opts->limits);
     fe->cq = grpc_completion_queue_create_for_next(NULL);
@@ -774,44 +705,39 @@ struct frontend *frontend_create(uv_loop_t *loop,
             fe->server, path, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
             0);
     }
-    for (int watch = 0; watch < 2; watch++) {
-        char path[128];
-        codec_health_path(watch, path, sizeof(path));
-        fe->health_methods[watch] = grpc_server_register_method(
-            fe->server, path, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
-            0);
-    }
-    if (listeners_bind(fe->server, opts, errmsg, errmsg_len) != 0) {
-        grpc_server_destroy(fe->server);
-        grpc_completion_queue_shutdown(fe->cq);
-        while (grpc_completion_queue_next(
-                   fe->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
-                   .type != GRPC_QUEUE_SHUTDOWN)
-            ;
-        grpc_completion_queue_destroy(fe->cq);
-        pthread_mutex_destroy(&fe->lock);
-        free(fe);
-        return NULL;
-    }
+    health_init(&fe->health, fe->server, fe->cq);
+    if (listeners_bind(fe->server, opts, errmsg, errmsg_len) != 0)
+        goto fail;
 
-    uv_async_init(loop, &fe->async, on_async);
-    fe->async.data = fe;
     for (int op = 0; op < NMETHODS; op++) {
-        int n = op >= OP_GET ? ARMED_ADMIN : ARMED_PER_METHOD;
+        int n = request_is_admin((enum request_op)op) ? ARMED_ADMIN
+                                                      : ARMED_PER_METHOD;
         for (int i = 0; i < n; i++)
-            arm(fe, RPC_ARMED, op);
+            arm(fe, (enum request_op)op);
     }
     for (int i = 0; i < ARMED_UNKNOWN; i++)
-        arm(fe, RPC_UNKNOWN, 0);
-    for (int i = 0; i < ARMED_HEALTH; i++) {
-        arm(fe, RPC_HEALTH, 0);
-        arm(fe, RPC_HEALTH, 1);
-    }
+        arm_unknown(fe);
+    health_arm(&fe->health, ARMED_HEALTH);
     fe->thread_started = pthread_create(&fe->thread, NULL, cq_thread, fe) == 0;
     if (!fe->thread_started) {
         snprintf(errmsg, errmsg_len, "cannot start the gRPC thread");
-        /* Unreachable in practice; exiting the process is the cleanup. */
-        return NULL;
+        goto fail;
     }
     return fe;
+
+fail:
+    /* gRPC aborts when a server is destroyed before it was shut down
+     * (again if listeners_bind did: that is harmless). Every request
+     * comes back unsuccessfully, and a call that arrived meanwhile is
+     * refused as in a drain. */
+    atomic_store(&fe->draining, true);
+    health_set(&fe->health, false, true);
+    grpc_server_shutdown_and_notify(fe->server, fe->cq, &fe->shutdown_tag);
+    grpc_server_cancel_all_calls(fe->server);
+    while (!finished(fe))
+        on_event(fe, grpc_completion_queue_next(
+                         fe->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL));
+    close_queue(fe);
+    uv_close((uv_handle_t *)&fe->async, on_close);
+    return NULL;
 }

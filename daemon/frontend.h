@@ -7,9 +7,10 @@
  * (UNAUTHENTICATED before anything else), decodes and validates them
  * (answering bad ones itself), and queues good ones for the loop, at most
  * max_pending at a time (more get RESOURCE_EXHAUSTED). Unknown methods get
- * UNIMPLEMENTED at once. With client certificates, each connection's
- * verified identity is logged when its first call arrives. The loop answers each queued request with
- * frontend_reply(), exactly once.
+ * UNIMPLEMENTED at once, and grpc.health.v1 is served there too
+ * (health.h). With client certificates, each connection's verified
+ * identity is logged when its first call arrives. The loop answers each
+ * queued request with frontend_reply(), exactly once.
  */
 #ifndef LEASED_FRONTEND_H
 #define LEASED_FRONTEND_H
@@ -52,7 +53,10 @@ struct frontend_options {
 /* Creates the gRPC server, binds every address (the options and what they
  * point to are borrowed and must outlive the frontend), logs each as
  * `listening addr=…`, and starts the completion-queue thread. grpc_init()
- * must have been called. Returns NULL with errmsg set on failure. */
+ * must have been called. Returns NULL with errmsg set on failure; then the
+ * server is shut down and gone, and only the frontend's uv handle is left
+ * closing: the next run of the loop frees it (and needs nothing else to
+ * end). */
 struct frontend *frontend_create(uv_loop_t *loop,
                                  const struct frontend_options *opts,
                                  const struct frontend_callbacks *cb,
@@ -67,12 +71,30 @@ void frontend_reply(struct frontend *fe, struct request *req);
 void frontend_set_serving(struct frontend *fe, bool serving);
 
 /* On the loop: health turns NOT_SERVING (Watch streams get it, then
- * end), new calls are refused, and those in progress get drain_ns to
- * finish before they are cancelled. The stopped callback follows. */
+ * end), new calls are refused (UNAVAILABLE), and those in progress get
+ * drain_ns to finish before they are cancelled. The stopped callback
+ * follows. */
 void frontend_shutdown(struct frontend *fe);
 
 /* On the loop, after the stopped callback: joins the thread and frees
  * everything (the uv handle asynchronously). Accepts NULL. */
 void frontend_destroy(struct frontend *fe);
+
+/* The completion-queue thread's tags (frontend.c's and health.c's). Each
+ * batch a call can have pending has its own tag, embedded in the call;
+ * its kind says which batch completed. */
+enum frontend_tag_kind {
+    TAG_CALL,          /* a lease, admin or unknown-method call arrived */
+    TAG_HANDBACK,      /* the empty batch that brings the reply list */
+    TAG_REPLY,         /* a call's final batch */
+    TAG_SHUTDOWN,      /* the server's shutdown notification */
+    TAG_HEALTH_CALL,   /* a Check or Watch call arrived */
+    TAG_HEALTH_SENT,   /* a health call's send batch */
+    TAG_HEALTH_CLOSED, /* a Watch call is over (RECV_CLOSE_ON_SERVER) */
+};
+
+struct frontend_tag {
+    enum frontend_tag_kind kind;
+};
 
 #endif

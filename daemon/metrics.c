@@ -70,6 +70,16 @@ void metrics_count_request(enum metric_method m, int grpc_code)
                               memory_order_relaxed);
 }
 
+enum metric_method metrics_method(enum request_op op)
+{
+    static const enum metric_method lease[] = {
+        [OP_ACQUIRE] = MM_ACQUIRE,
+        [OP_RENEW] = MM_RENEW,
+        [OP_RELEASE] = MM_RELEASE,
+    };
+    return request_is_admin(op) ? MM_ADMIN : lease[op];
+}
+
 static uint64_t get(_Atomic uint64_t *v)
 {
     return atomic_load_explicit(v, memory_order_relaxed);

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "request.h"
 #include "status.h"
 
 /* The methods requests are counted by. */
@@ -60,6 +61,10 @@ void metrics_init(void);
 void metrics_observe(struct histogram *h, double value);
 
 void metrics_count_request(enum metric_method m, int grpc_code);
+
+/* The method a call of op is counted by: its own for a lease call,
+ * MM_ADMIN for any admin call. */
+enum metric_method metrics_method(enum request_op op);
 
 /* Writes the exposition text (Prometheus text format 0.0.4) of every
  * metric to a new malloc'd string (*len bytes). Returns NULL when out of

@@ -15,11 +15,19 @@ enum request_op {
     OP_ACQUIRE,
     OP_RENEW,
     OP_RELEASE,
-    /* leased.admin.v1.Admin: read only, answered without a commit. */
+    /* leased.admin.v1.Admin (request_is_admin()). */
     OP_GET,
     OP_LIST,
     OP_STATS,
 };
+
+/* Whether op is a leased.admin.v1.Admin call: read only, answered without
+ * a commit, with the admin tokens when there are any. Otherwise it is a
+ * lease call (Acquire, Renew, Release). */
+static inline bool request_is_admin(enum request_op op)
+{
+    return op >= OP_GET;
+}
 
 /* The outcome, mapped to a gRPC status in one place (frontend.c). */
 enum reply_status {

@@ -663,7 +663,7 @@ static void take_admin(struct server *s)
     s->pending_tail = NULL;
     while (*p != NULL) {
         struct request *r = *p;
-        if (r->op < OP_GET) {
+        if (!request_is_admin(r->op)) {
             s->pending_tail = r;
             p = &r->next;
             continue;

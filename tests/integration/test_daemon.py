@@ -1368,6 +1368,27 @@ def test_config_listen_second_address_in_use():
         holder.close()
 
 
+def test_config_listen_failing_late_exits_promptly():
+    """frontend_create failing once its uv handle, gRPC server and queue
+    exist (here the second of two TCP addresses is taken, the first one
+    bound): leased still exits 1 at once, saying why. Its failure path
+    left the handle open, and the loop main.c then runs to close the rest
+    never returned."""
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        addr = "127.0.0.1:%d" % holder.getsockname()[1]
+        start = time.monotonic()
+        line = _refused_listen("127.0.0.1:0", ["--listen", addr])
+        took = time.monotonic() - start
+        want = 'reason="cannot listen on %s: address already in use"' % addr
+        assert line.endswith(want), line
+        assert took < 5, took
+    finally:
+        holder.close()
+
+
 def test_config_listen_address_not_on_this_host():
     """An address no interface of this host has (192.0.2.1, TEST-NET-1,
     for documentation only): `cannot assign requested address`."""

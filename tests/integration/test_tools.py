@@ -57,7 +57,7 @@ def test_run_command_shows_compile_errors():
                 continue
             os.makedirs(os.path.join(tmp, os.path.dirname(f)), exist_ok=True)
             shutil.copy2(os.path.join(harness.ROOT, f), os.path.join(tmp, f))
-        with open(os.path.join(tmp, "daemon", "engine", "duration.c"), "a") as f:
+        with open(os.path.join(tmp, "core", "duration.c"), "a") as f:
             f.write("#error broken on purpose\n")
         run = subprocess.run([os.path.join(tmp, "tools", "run.sh")],
                              capture_output=True, text=True, timeout=300)
