@@ -227,7 +227,8 @@ static int set(struct config *cfg, const struct config_option *o,
         [CONFIG_MODE] = sizeof(unsigned),
         [CONFIG_LOG_LEVEL] = sizeof(enum log_level),
     };
-    assert(o->size == field_size[o->kind]); /* the row's kind fits */
+    if (o->size != field_size[o->kind])
+        abort(); /* a row whose kind does not fit its field: a bug */
     void *field = (char *)cfg + o->offset;
     bool plaintext_ok;
     char why[200];
