@@ -252,6 +252,17 @@ static void submit(struct request **rs, size_t n)
            sizeof((struct request *[]){__VA_ARGS__}) /                     \
                sizeof(struct request *))
 
+static void replied_in_order(const struct request *const *order, size_t n)
+{
+    CHECK_EQ_U64(h->nreplied, n);
+    for (size_t i = 0; i < n && i < h->nreplied; i++)
+        CHECK(h->replied[i] == order[i]);
+}
+
+/* Checks that its arguments (struct request *) were all the replies, in
+ * this order. */
+#define REPLIED_IN_ORDER(...)                                                  replied_in_order((const struct request *[]){__VA_ARGS__},                                   sizeof((const struct request *[]){__VA_ARGS__}) /                              sizeof(struct request *))
+
 /* Acquires session for owner and waits for the reply (OK, token 1). */
 static void acquired(struct request *r, const char *session,
                      const char *owner)
@@ -341,13 +352,27 @@ TEST(a_sync_answers_only_the_commits_ended_before_it)
     CHECK(!answered(&c));
     fake_release(h->fake, FAKE_SYNC);
     RUN_UNTIL(answered(&c));
-    CHECK_EQ_U64(h->nreplied, 5);
-    const struct request *order[] = {&z, &r, &a, &b, &c};
-    for (size_t i = 0; i < 5 && i < h->nreplied; i++)
-        CHECK(h->replied[i] == order[i]);
+    REPLIED_IN_ORDER(&z, &r, &a, &b, &c);
     CHECK_EQ_I64(b.status, REPLY_OK);
     CHECK_EQ_I64(c.status, REPLY_OK);
     end_case();
+}
+
+/* zoe holds s0 (synced); the sync of alice's takeover of s1 is held,
+ * and bob's takeover of s2 has committed behind it (zoe's renewal r1,
+ * answered at that commit, says so). */
+static void sync_held_over_a_commit(struct request *z, struct request *a,
+                                    struct request *b, struct request *r1)
+{
+    acquired(z, "s0", "zoe");
+    fake_hold(h->fake, FAKE_SYNC);
+    acquire(a, "s1", "alice");
+    SUBMIT(a);
+    RUN_UNTIL(fake_waiting(h->fake, FAKE_SYNC) == 1); /* covers alice */
+    acquire(b, "s2", "bob");
+    renew(r1, "s0", "zoe", 1);
+    SUBMIT(b, r1);
+    RUN_UNTIL(answered(r1));
 }
 
 /* A sync that begins while a commit is in flight does not cover it,
@@ -357,15 +382,7 @@ TEST(a_sync_begun_during_a_commit_does_not_cover_it)
     begin_case();
     start(LONG_TTL_NS);
     struct request z, a, b, r1, c, r2;
-    acquired(&z, "s0", "zoe");
-    fake_hold(h->fake, FAKE_SYNC);
-    acquire(&a, "s1", "alice");
-    SUBMIT(&a);
-    RUN_UNTIL(fake_waiting(h->fake, FAKE_SYNC) == 1); /* covers alice */
-    acquire(&b, "s2", "bob");
-    renew(&r1, "s0", "zoe", 1); /* answered at the commit: a marker */
-    SUBMIT(&b, &r1);
-    RUN_UNTIL(answered(&r1));
+    sync_held_over_a_commit(&z, &a, &b, &r1);
     fake_hold(h->fake, FAKE_APPLY);
     acquire(&c, "s3", "carol");
     renew(&r2, "s0", "zoe", 1);
@@ -410,10 +427,7 @@ TEST(answers_wait_for_the_sync_of_the_takeover_they_saw)
     CHECK(!answered(&r));
     fake_release(h->fake, FAKE_SYNC);
     RUN_UNTIL(answered(&r));
-    const struct request *order[] = {&st, &a, &b, &r};
-    CHECK_EQ_U64(h->nreplied, 4);
-    for (size_t i = 0; i < 4 && i < h->nreplied; i++)
-        CHECK(h->replied[i] == order[i]);
+    REPLIED_IN_ORDER(&st, &a, &b, &r);
     CHECK_EQ_I64(a.status, REPLY_OK);
     CHECK_EQ_I64(b.status, REPLY_HELD);
     CHECK_EQ_I64(r.status, REPLY_OK);
@@ -459,10 +473,7 @@ TEST(commit_failing_while_a_sync_is_in_flight)
     /* bob's takeover was undone: carol gets the session, token 1. */
     acquired(&c, "s2", "carol");
     CHECK(h->nstorage >= 2 && h->storage[h->nstorage - 1]); /* recovered */
-    const struct request *order[] = {&z, &b, &x, &r, &a, &y, &c};
-    CHECK_EQ_U64(h->nreplied, 7);
-    for (size_t i = 0; i < 7 && i < h->nreplied; i++)
-        CHECK(h->replied[i] == order[i]);
+    REPLIED_IN_ORDER(&z, &b, &x, &r, &a, &y, &c);
     end_case();
 }
 
@@ -474,15 +485,7 @@ TEST(sync_failing_for_requests_spanning_two_commits)
     begin_case();
     start(LONG_TTL_NS);
     struct request z, a, b, r1, c, r2;
-    acquired(&z, "s0", "zoe");
-    fake_hold(h->fake, FAKE_SYNC);
-    acquire(&a, "s1", "alice");
-    SUBMIT(&a);
-    RUN_UNTIL(fake_waiting(h->fake, FAKE_SYNC) == 1); /* covers alice */
-    acquire(&b, "s2", "bob");
-    renew(&r1, "s0", "zoe", 1); /* answered at the commit: a marker */
-    SUBMIT(&b, &r1);
-    RUN_UNTIL(answered(&r1));
+    sync_held_over_a_commit(&z, &a, &b, &r1);
     acquire(&c, "s3", "carol");
     renew(&r2, "s0", "zoe", 1);
     SUBMIT(&c, &r2);
