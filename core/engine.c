@@ -432,6 +432,16 @@ size_t engine_collect(struct engine *e, int64_t now_ns,
     return n;
 }
 
+/* The live leases of bucket i at now_ns. */
+static size_t bucket_live(const struct engine *e, size_t i, int64_t now_ns)
+{
+    size_t live = 0;
+    for (const struct engine_entry *en = e->buckets[i]; en != NULL;
+         en = en->next)
+        live += is_live(e, en, now_ns);
+    return live;
+}
+
 bool engine_census(struct engine *e, int64_t now_ns, size_t max,
                    size_t *live)
 {
@@ -441,11 +451,17 @@ bool engine_census(struct engine *e, int64_t now_ns, size_t max,
             e->census_cursor = e->census_live = 0;
             return true;
         }
-        for (const struct engine_entry *en = e->buckets[e->census_cursor++];
-             en != NULL; en = en->next)
-            e->census_live += is_live(e, en, now_ns);
+        e->census_live += bucket_live(e, e->census_cursor++, now_ns);
     }
     return false;
+}
+
+size_t engine_count_live(const struct engine *e, int64_t now_ns)
+{
+    size_t live = 0;
+    for (size_t i = 0; i < e->nbuckets; i++)
+        live += bucket_live(e, i, now_ns);
+    return live;
 }
 
 void engine_finish(struct engine *e, struct engine_change *chg,

@@ -125,9 +125,6 @@ struct server {
 
     uv_timer_t gc_timer;
     bool gc_due;
-    /* engine_census's pass for the leases_live gauge is under way (the
-     * last call did not complete it). */
-    bool census_partial;
 
     /* Admin List calls: one lists the store on a worker, the others
      * wait their turn. */
@@ -518,21 +515,13 @@ static int result_add(struct admin_result *a, const struct lease_row *row,
     return 0;
 }
 
-/* The leases live at now_ns, over the whole table: the gauge's census
- * (update_gauges) is up to a tick old, and longer on a big table. A pass
- * of the census that starts at the first bucket counts at one now, so
- * the gauge's pass under way, if any, is completed first; the count then
- * refreshes the gauge too. O(entries) on the loop: Stats is an admin
- * call, not a hot path. */
+/* The leases live at now_ns, counted now: the gauge's census
+ * (update_gauges) is up to a tick old, and longer on a big table. The
+ * count refreshes the gauge too. O(entries) on the loop: Stats is an
+ * admin call, not a hot path. */
 static uint64_t count_live(struct server *s, int64_t now_ns)
 {
-    size_t live = 0;
-    if (s->census_partial)
-        (void)engine_census(s->engine, now_ns, SIZE_MAX, &live);
-    bool whole = engine_census(s->engine, now_ns, SIZE_MAX, &live);
-    assert(whole);
-    (void)whole;
-    s->census_partial = false;
+    size_t live = engine_count_live(s->engine, now_ns);
     atomic_store(&metrics.leases_live, (int64_t)live);
     return live;
 }
@@ -767,9 +756,7 @@ static void update_gauges(struct server *s, int64_t now_ns)
     atomic_store(&metrics.quarantine_remaining_ms, q > 0 ? q / 1000000 : 0);
     atomic_store(&metrics.lease_entries, (int64_t)engine_count(s->engine));
     size_t live;
-    s->census_partial = !engine_census(s->engine, now_ns, CENSUS_BUCKETS,
-                                       &live);
-    if (!s->census_partial)
+    if (engine_census(s->engine, now_ns, CENSUS_BUCKETS, &live))
         atomic_store(&metrics.leases_live, (int64_t)live);
     int64_t step = clock_step_ns(&s->clock);
     if (step > CLOCK_STEP_NS || step < -CLOCK_STEP_NS) {

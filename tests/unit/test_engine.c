@@ -351,7 +351,28 @@ TEST(census_counts_live_leases_a_slice_at_a_time)
     teardown();
 }
 
-CHECK_MAIN(first_takeover_gets_token_one, other_owner_held_until_expiry,
+TEST(count_live_counts_at_once_and_leaves_the_census_alone)
+{
+    setup();
+    char name[32];
+    for (int i = 0; i < 3000; i++) {
+        snprintf(name, sizeof(name), "c%d", i);
+        CHECK_EQ_I64(acq(0, name, "A", NULL), ENGINE_OK);
+    }
+    CHECK_EQ_I64(rel("c0", "A", 1), ENGINE_OK);
+    CHECK_EQ_I64(engine_count_live(E, T0 + 1 * S), 2999);
+    /* A census pass under way, its first 16 buckets counted at t=1... */
+    size_t live = 0;
+    CHECK(!engine_census(E, T0 + 1 * S, 16, &live));
+    CHECK_EQ_I64(engine_count_live(E, T0 + 35 * S), 0); /* all expired */
+    /* ...goes on where it was: those buckets' leases, and none after. */
+    size_t resumed = census(35, 100000);
+    CHECK(resumed > 0 && resumed < 100);
+    teardown();
+}
+
+CHECK_MAIN(first_takeover_gets_token_one,
+           count_live_counts_at_once_and_leaves_the_census_alone, other_owner_held_until_expiry,
            same_owner_reacquire_keeps_token,
            renew_keeps_token_and_moves_expiry_strictly,
            renew_reclaims_expired_lease_nobody_took,
