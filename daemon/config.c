@@ -28,6 +28,7 @@
 
 #include "addr.h"
 #include "duration.h"
+#include "textwrap.h"
 #include "version.h"
 
 #define MS INT64_C(1000000)
@@ -346,33 +347,19 @@ static int set_as_flag(struct config *cfg, const struct config_option *o,
 
 enum { HELP_INDENT = 22, HELP_WIDTH = 79 };
 
-/* Writes " WORD" (n bytes of w) at column *col, or first a new line if it
- * would pass HELP_WIDTH. */
-static void put_word(FILE *out, int *col, const char *w, int n)
-{
-    if (*col > HELP_INDENT && *col + 1 + n > HELP_WIDTH) {
-        fprintf(out, "\n%*s", HELP_INDENT, "");
-        *col = HELP_INDENT;
-    }
-    *col += fprintf(out, " %.*s", n, w);
-}
-
-/* One entry of --help: the flag, then the words of text and then note,
- * which is kept whole, in a column of their own. */
+/* One entry of --help: the flag, then text and then note, which is kept
+ * whole, in a column of their own. */
 static void print_entry(FILE *out, const char *flag, const char *text,
                         const char *note)
 {
     int col = fprintf(out, "  %-*s", HELP_INDENT - 2, flag);
     if (col > HELP_INDENT)
         col += fprintf(out, " "); /* two spaces after a long flag */
-    for (text += strspn(text, " "); *text != '\0';
-         text += strspn(text, " ")) {
-        int n = (int)strcspn(text, " ");
-        put_word(out, &col, text, n);
-        text += n;
-    }
+    col += fprintf(out, " ");
+    textwrap_text(out, &col, HELP_WIDTH, HELP_INDENT + 1, text);
     if (note != NULL)
-        put_word(out, &col, note, (int)strlen(note));
+        textwrap_unit(out, &col, HELP_WIDTH, HELP_INDENT + 1, note,
+                      strlen(note), false);
     fputc('\n', out);
 }
 

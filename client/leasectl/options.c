@@ -31,6 +31,7 @@
 
 #include "duration.h"
 #include "leasectl.h"
+#include "textwrap.h"
 
 #define WIDTH 79       /* of the usage texts */
 #define OPTION_COL 23  /* where an option's help starts */
@@ -187,55 +188,7 @@ const char *ctl_command_name(int cmd)
     return cmd >= 0 && cmd < CTL_COMMANDS ? commands[cmd].name : NULL;
 }
 
-/* ---- Writing the usage --------------------------------------------- */
-
-/* Columns that n bytes of UTF-8 take (one a character). */
-static int width(const char *s, size_t n)
-{
-    int w = 0;
-    for (size_t i = 0; i < n; i++)
-        w += ((unsigned char)s[i] & 0xc0) != 0x80;
-    return w;
-}
-
-/* Writes unit (n bytes) at column *col: after a space, or at the start of
- * a new line indented to indent when it would pass WIDTH; first: where
- * the caller left off, as is. */
-static void put_unit(FILE *f, int *col, int indent, const char *unit,
-                     size_t n, bool first)
-{
-    int w = width(unit, n);
-    if (!first && *col + 1 + w > WIDTH) {
-        fprintf(f, "\n%*s", indent, "");
-        *col = indent;
-    } else if (!first) {
-        fputc(' ', f);
-        (*col)++;
-    }
-    fwrite(unit, 1, n, f);
-    *col += w;
-}
-
-/* Writes text from column *col, wrapped at WIDTH (new lines indented to
- * indent), breaking at spaces outside brackets, and at each "\n". */
-static void wrap(FILE *f, int *col, int indent, const char *text)
-{
-    bool first = true;
-    while (*text != '\0') {
-        size_t n = 0;
-        for (int depth = 0; text[n] != '\0' && text[n] != '\n' &&
-                            (text[n] != ' ' || depth > 0);
-             n++)
-            depth += (text[n] == '[') - (text[n] == ']');
-        put_unit(f, col, indent, text, n, first);
-        first = text[n] == '\n';
-        if (first) {
-            fprintf(f, "\n%*s", indent, "");
-            *col = indent;
-        }
-        text += n + (text[n] != '\0');
-    }
-}
+/* ---- Writing the usage (wrapped by core/textwrap) ------------------ */
 
 /* Pads from column *col to column to, or goes to a new line first when
  * *col is past to less 2. */
@@ -254,9 +207,9 @@ static void pad(FILE *f, int *col, int to)
 static void synopsis(FILE *f, int *col, int indent, int cmd)
 {
     const struct command *c = &commands[cmd];
-    put_unit(f, col, indent, c->name, strlen(c->name), true);
+    textwrap_unit(f, col, WIDTH, indent, c->name, strlen(c->name), true);
     if (c->args != NULL)
-        put_unit(f, col, indent, c->args, strlen(c->args), false);
+        textwrap_unit(f, col, WIDTH, indent, c->args, strlen(c->args), false);
     for (size_t i = 0; i < NROWS; i++) {
         if (rows[i].commands == ALL || !(rows[i].commands & ON(cmd)))
             continue;
@@ -265,10 +218,10 @@ static void synopsis(FILE *f, int *col, int indent, int cmd)
                          rows[i].value != NULL ? " " : "",
                          rows[i].value != NULL ? rows[i].value : "");
         assert(n > 0 && (size_t)n < sizeof(unit));
-        put_unit(f, col, indent, unit, (size_t)n, false);
+        textwrap_unit(f, col, WIDTH, indent, unit, (size_t)n, false);
     }
     if (c->after != NULL)
-        put_unit(f, col, indent, c->after, strlen(c->after), false);
+        textwrap_unit(f, col, WIDTH, indent, c->after, strlen(c->after), false);
 }
 
 /* "  --wait D             keep trying…": the row and its help, with its
@@ -278,7 +231,7 @@ static void option_line(FILE *f, const struct row *r)
     int col = fprintf(f, "  --%s", r->name);
     if (r->value != NULL) {
         fprintf(f, " %s", r->value);
-        col += 1 + width(r->value, strlen(r->value));
+        col += 1 + textwrap_width(r->value, strlen(r->value));
     }
     pad(f, &col, OPTION_COL);
     char text[512];
@@ -291,14 +244,14 @@ static void option_line(FILE *f, const struct row *r)
                  r->env != NULL ? r->env : r->def);
     else
         snprintf(text, sizeof(text), "%s", r->help);
-    wrap(f, &col, OPTION_COL, text);
+    textwrap_text(f, &col, WIDTH, OPTION_COL, text);
     fputc('\n', f);
 }
 
 static void paragraph(FILE *f, const char *text)
 {
     int col = 0;
-    wrap(f, &col, 0, text);
+    textwrap_text(f, &col, WIDTH, 0, text);
     fputc('\n', f);
 }
 
@@ -309,7 +262,7 @@ static void usage(FILE *f)
         int col = fprintf(f, "  ");
         synopsis(f, &col, 4, k);
         pad(f, &col, SUMMARY_COL);
-        wrap(f, &col, SUMMARY_COL, commands[k].summary);
+        textwrap_text(f, &col, WIDTH, SUMMARY_COL, commands[k].summary);
         fputc('\n', f);
     }
     fputc('\n', f);
