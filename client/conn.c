@@ -4,13 +4,13 @@
 
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "addr.h"
+#include "errmsg.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "nanotime.h"
 #include "unary.h"
@@ -27,15 +27,6 @@
 static int64_t mono_ms(void)
 {
     return nanotime_mono() / 1000000;
-}
-
-static int fail(char *errmsg, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errmsg, len, fmt, ap);
-    va_end(ap);
-    return LEASE_EINVAL;
 }
 
 static char *read_pem(const char *path)
@@ -60,13 +51,14 @@ grpc_channel_credentials *conn_credentials(const struct lease_grpc_options *o,
 {
     if (o == NULL || o->tls_ca_file == NULL) {
         if (o != NULL && (o->tls_cert_file || o->tls_key_file)) {
-            fail(errmsg, len, "a client certificate needs tls_ca_file (TLS)");
+            snprintf(errmsg, len,
+                     "a client certificate needs tls_ca_file (TLS)");
             return NULL;
         }
         return grpc_insecure_credentials_create();
     }
     if ((o->tls_cert_file == NULL) != (o->tls_key_file == NULL)) {
-        fail(errmsg, len, "tls_cert_file and tls_key_file go together");
+        snprintf(errmsg, len, "tls_cert_file and tls_key_file go together");
         return NULL;
     }
     const char *files[3] = {o->tls_ca_file, o->tls_cert_file,
@@ -79,13 +71,13 @@ grpc_channel_credentials *conn_credentials(const struct lease_grpc_options *o,
             break;
     }
     if (i < 3) {
-        fail(errmsg, len, "cannot read %s", files[i]);
+        snprintf(errmsg, len, "cannot read %s", files[i]);
     } else {
         grpc_ssl_pem_key_cert_pair pair = {pem[2], pem[1]};
         creds = grpc_ssl_credentials_create_ex(
             pem[0], pem[1] != NULL ? &pair : NULL, NULL, NULL);
         if (creds == NULL)
-            fail(errmsg, len, "bad TLS files");
+            snprintf(errmsg, len, "bad TLS files");
     }
     if (pem[2] != NULL)
         explicit_bzero(pem[2], strlen(pem[2]));
@@ -151,22 +143,26 @@ static int open_targets(struct conn *c, const char *target,
         size_t n = strcspn(p, ",");
         char one[512], why[200];
         if (n == 0 || n >= sizeof(one))
-            return fail(errmsg, len,
-                        "target %s: an empty or too long address", target);
+            return errmsg_fail(LEASE_EINVAL, errmsg, len,
+                               "target %s: an empty or too long address",
+                               target);
         if (c->ntargets == CONN_MAX_TARGETS)
-            return fail(errmsg, len, "target %s: more than %d addresses",
-                        target, CONN_MAX_TARGETS);
+            return errmsg_fail(LEASE_EINVAL, errmsg, len,
+                               "target %s: more than %d addresses", target,
+                               CONN_MAX_TARGETS);
         memcpy(one, p, n);
         one[n] = '\0';
         bool plaintext_ok;
         if (addr_check(one, &plaintext_ok, why, sizeof(why)) != 0)
-            return fail(errmsg, len, "target %s: %s", one, why);
+            return errmsg_fail(LEASE_EINVAL, errmsg, len, "target %s: %s", one,
+                               why);
         if (!plaintext_ok && !tls)
-            return fail(errmsg, len,
-                        "target %s: not a loopback address: plaintext is "
-                        "allowed only on loopback or a unix socket (give "
-                        "tls_ca_file for TLS)",
-                        one);
+            return errmsg_fail(
+                LEASE_EINVAL, errmsg, len,
+                "target %s: not a loopback address: plaintext is "
+                "allowed only on loopback or a unix socket (give "
+                "tls_ca_file for TLS)",
+                one);
         c->channels[c->ntargets++] = grpc_channel_create(one, creds, &args);
         if (p[n] == '\0')
             return LEASE_OK;
@@ -182,10 +178,12 @@ int conn_open(struct conn *c, const char *target,
                                                    : DEFAULT_TIMEOUT_MS;
     int err = LEASE_OK;
     if (target == NULL)
-        err = fail(errmsg, len, "target is NULL");
+        err = errmsg_fail(LEASE_EINVAL, errmsg, len, "target is NULL");
     else if (o != NULL && o->token != NULL && !token_ok(o->token))
-        err = fail(errmsg, len, "token: 1..%d characters of A-Z a-z 0-9 "
-                                "-._~+/=", TOKEN_MAX);
+        err = errmsg_fail(LEASE_EINVAL, errmsg, len,
+                          "token: 1..%d characters of A-Z a-z 0-9 "
+                          "-._~+/=",
+                          TOKEN_MAX);
     if (err == LEASE_OK && o != NULL && o->token != NULL) {
         char value[TOKEN_MAX + 8];
         snprintf(value, sizeof(value), "Bearer %s", o->token);

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errmsg.h"
+
 static bool is_loopback(const char *host)
 {
     struct in_addr a4;
@@ -21,34 +23,30 @@ static bool is_loopback(const char *host)
     return false;
 }
 
-static int fail(char *errmsg, size_t len, const char *why)
-{
-    snprintf(errmsg, len, "%s", why);
-    return -1;
-}
-
 int addr_check(const char *addr, bool *plaintext_ok, char *errmsg,
                size_t len)
 {
     *plaintext_ok = false;
     if (strncmp(addr, "unix:", 5) == 0) {
         *plaintext_ok = true;
-        return addr[5] != '\0' ? 0 : fail(errmsg, len, "no socket path");
+        return addr[5] != '\0'
+                   ? 0
+                   : errmsg_fail(-1, errmsg, len, "no socket path");
     }
     const char *colon = strrchr(addr, ':');
     if (colon == NULL || colon == addr || colon[1] == '\0')
-        return fail(errmsg, len, "want HOST:PORT or unix:/PATH");
+        return errmsg_fail(-1, errmsg, len, "want HOST:PORT or unix:/PATH");
     const char *h = addr;
     size_t hlen = (size_t)(colon - addr);
     if (addr[0] == '[') { /* [::1]:7443 */
         if (colon[-1] != ']' || hlen < 3)
-            return fail(errmsg, len, "bad IPv6 address");
+            return errmsg_fail(-1, errmsg, len, "bad IPv6 address");
         h++;
         hlen -= 2;
     }
     char host[256];
     if (hlen == 0 || hlen >= sizeof(host))
-        return fail(errmsg, len, "bad host");
+        return errmsg_fail(-1, errmsg, len, "bad host");
     memcpy(host, h, hlen);
     host[hlen] = '\0';
     char *end;
@@ -56,7 +54,7 @@ int addr_check(const char *addr, bool *plaintext_ok, char *errmsg,
     unsigned long port = strtoul(colon + 1, &end, 10);
     if (*end != '\0' || errno != 0 || port > 65535 || colon[1] < '0' ||
         colon[1] > '9')
-        return fail(errmsg, len, "bad port");
+        return errmsg_fail(-1, errmsg, len, "bad port");
     *plaintext_ok = is_loopback(host);
     return 0;
 }
@@ -67,8 +65,9 @@ int addr_check_plaintext(const char *addr, char *errmsg, size_t len)
     if (addr_check(addr, &plaintext_ok, errmsg, len) != 0)
         return -1;
     if (!plaintext_ok)
-        return fail(errmsg, len,
-                    "not a loopback address: plaintext is allowed only on "
-                    "loopback or a unix socket");
+        return errmsg_fail(
+            -1, errmsg, len,
+            "not a loopback address: plaintext is allowed only on "
+            "loopback or a unix socket");
     return 0;
 }

@@ -20,7 +20,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +27,7 @@
 
 #include "addr.h"
 #include "duration.h"
+#include "errmsg.h"
 #include "textwrap.h"
 #include "version.h"
 
@@ -168,16 +168,6 @@ static const char intro[] =
     "SIGHUP reloads the token file and the TLS files; SIGTERM drains.\n"
     "\n";
 
-__attribute__((format(printf, 3, 4))) static int
-fail(char *errmsg, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errmsg, len, fmt, ap);
-    va_end(ap);
-    return CONFIG_ERROR;
-}
-
 /* Digits only (no sign, no space) in base 10 or 8, within min..max. */
 static bool read_number(const char *val, int base, int64_t min, int64_t max,
                         int64_t *n)
@@ -237,23 +227,26 @@ static int set(struct config *cfg, const struct config_option *o,
     switch (o->kind) {
     case CONFIG_ADDRS:
         if (cfg->nlisten == CONFIG_MAX_LISTEN)
-            return fail(errmsg, len, "%s: at most %d addresses", what,
-                        CONFIG_MAX_LISTEN);
+            return errmsg_fail(CONFIG_ERROR, errmsg, len,
+                               "%s: at most %d addresses", what,
+                               CONFIG_MAX_LISTEN);
         if (addr_check(val, &plaintext_ok, why, sizeof(why)) != 0)
-            return fail(errmsg, len, "%s: %s", what, why);
+            return errmsg_fail(CONFIG_ERROR, errmsg, len, "%s: %s", what, why);
         cfg->listen[cfg->nlisten++] = val;
         return CONFIG_OK;
     case CONFIG_HOSTPORT:
         if (addr_check(val, &plaintext_ok, why, sizeof(why)) != 0 ||
             strncmp(val, "unix:", 5) == 0)
-            return fail(errmsg, len, "%s: want HOST:PORT", what);
+            return errmsg_fail(CONFIG_ERROR, errmsg, len, "%s: want HOST:PORT",
+                               what);
         *(const char **)field = val;
         return CONFIG_OK;
     case CONFIG_FILE:
     case CONFIG_DIR:
         if (*val == '\0')
-            return fail(errmsg, len, "%s: empty %s", what,
-                        o->kind == CONFIG_FILE ? "file name" : "directory");
+            return errmsg_fail(CONFIG_ERROR, errmsg, len, "%s: empty %s", what,
+                               o->kind == CONFIG_FILE ? "file name"
+                                                      : "directory");
         *(const char **)field = val;
         return CONFIG_OK;
     case CONFIG_SWITCH:
@@ -262,15 +255,17 @@ static int set(struct config *cfg, const struct config_option *o,
         else if (strcmp(val, "0") == 0 || strcmp(val, "false") == 0)
             *(bool *)field = false;
         else
-            return fail(errmsg, len, "%s: want 1 or 0", what);
+            return errmsg_fail(CONFIG_ERROR, errmsg, len, "%s: want 1 or 0",
+                               what);
         return CONFIG_OK;
     case CONFIG_INT:
     case CONFIG_SIZE:
     case CONFIG_U64:
         assert(o->kind != CONFIG_INT || o->max <= INT_MAX);
         if (!read_number(val, 10, o->min, o->max, &n))
-            return fail(errmsg, len, "%s: want %" PRId64 "..%" PRId64, what,
-                        o->min, o->max);
+            return errmsg_fail(CONFIG_ERROR, errmsg, len,
+                               "%s: want %" PRId64 "..%" PRId64, what, o->min,
+                               o->max);
         if (o->kind == CONFIG_INT)
             *(int *)field = (int)n;
         else if (o->kind == CONFIG_SIZE)
@@ -283,34 +278,36 @@ static int set(struct config *cfg, const struct config_option *o,
         if (!(o->zero_is_never && strcmp(val, "0") == 0) &&
             (duration_parse(val, &n) != 0 || n < o->min || n > o->max)) {
             char lo[24], hi[24];
-            return fail(errmsg, len, "%s: want a duration from %s to %s%s%s%s",
-                        what, duration_text(lo, sizeof(lo), o->min),
-                        duration_text(hi, sizeof(hi), o->max),
-                        o->zero_is_never ? ", or 0 for never" : "",
-                        o->example != NULL ? " " : "",
-                        o->example != NULL ? o->example : "");
+            return errmsg_fail(CONFIG_ERROR, errmsg, len,
+                               "%s: want a duration from %s to %s%s%s%s", what,
+                               duration_text(lo, sizeof(lo), o->min),
+                               duration_text(hi, sizeof(hi), o->max),
+                               o->zero_is_never ? ", or 0 for never" : "",
+                               o->example != NULL ? " " : "",
+                               o->example != NULL ? o->example : "");
         }
         *(int64_t *)field = n;
         return CONFIG_OK;
     case CONFIG_MODE:
         /* From 600 to 777 is the same as: the owner may read and write. */
         if (!read_number(val, 8, o->min, o->max, &n))
-            return fail(errmsg, len,
-                        "%s: want an octal mode from %o to %o that lets the "
-                        "owner read and write%s%s",
-                        what, (unsigned)o->min, (unsigned)o->max,
-                        o->example != NULL ? " " : "",
-                        o->example != NULL ? o->example : "");
+            return errmsg_fail(
+                CONFIG_ERROR, errmsg, len,
+                "%s: want an octal mode from %o to %o that lets the "
+                "owner read and write%s%s",
+                what, (unsigned)o->min, (unsigned)o->max,
+                o->example != NULL ? " " : "",
+                o->example != NULL ? o->example : "");
         *(unsigned *)field = (unsigned)n;
         return CONFIG_OK;
     case CONFIG_LOG_LEVEL:
         if (log_parse_level(val, field) != 0)
-            return fail(errmsg, len, "%s: want debug, info, warn or error",
-                        what);
+            return errmsg_fail(CONFIG_ERROR, errmsg, len,
+                               "%s: want debug, info, warn or error", what);
         return CONFIG_OK;
     }
     assert(!"a kind set() does not know");
-    return fail(errmsg, len, "%s: unknown option", what);
+    return errmsg_fail(CONFIG_ERROR, errmsg, len, "%s: unknown option", what);
 }
 
 /* Sets o from its variable's value val. A list is split at commas in a
@@ -324,7 +321,7 @@ static int set_from_env(struct config *cfg, const struct config_option *o,
         return set(cfg, o, val, what, errmsg, len);
     }
     if (strlen(val) >= sizeof(cfg->listen_env))
-        return fail(errmsg, len, "%s: too long", o->env);
+        return errmsg_fail(CONFIG_ERROR, errmsg, len, "%s: too long", o->env);
     strcpy(cfg->listen_env, val);
     char *save = NULL;
     for (char *a = strtok_r(cfg->listen_env, ",", &save); a != NULL;
@@ -423,15 +420,18 @@ static int parse_argv(struct config *cfg, int argc, char **argv,
             printf("leased %s\n", LEASED_VERSION);
             return CONFIG_EXIT;
         case ':':
-            return fail(errmsg, len, "%s needs a value (see --help)", arg);
+            return errmsg_fail(CONFIG_ERROR, errmsg, len,
+                               "%s needs a value (see --help)", arg);
         case '?':
             if (optopt >= OPT_HELP) /* "--insecure=1" */
-                return fail(errmsg, len, "%.*s takes no value (see --help)",
-                            (int)strcspn(arg, "="), arg);
+                return errmsg_fail(CONFIG_ERROR, errmsg, len,
+                                   "%.*s takes no value (see --help)",
+                                   (int)strcspn(arg, "="), arg);
             if (optopt != 0) /* a short flag, maybe inside "-xy" */
-                return fail(errmsg, len, "unknown flag -%c (see --help)",
-                            optopt);
-            return fail(errmsg, len, "unknown flag %s (see --help)", arg);
+                return errmsg_fail(CONFIG_ERROR, errmsg, len,
+                                   "unknown flag -%c (see --help)", optopt);
+            return errmsg_fail(CONFIG_ERROR, errmsg, len,
+                               "unknown flag %s (see --help)", arg);
         default:
             assert(opt >= OPT_ROW && opt < OPT_ROW + (int)NOPTIONS);
             given[opt - OPT_ROW] = true;
@@ -442,8 +442,9 @@ static int parse_argv(struct config *cfg, int argc, char **argv,
         }
     }
     if (optind < argc)
-        return fail(errmsg, len, "unexpected argument %s (see --help)",
-                    argv[optind]);
+        return errmsg_fail(CONFIG_ERROR, errmsg, len,
+                           "unexpected argument %s (see --help)",
+                           argv[optind]);
     return CONFIG_OK;
 }
 
@@ -451,28 +452,30 @@ static int parse_argv(struct config *cfg, int argc, char **argv,
 static int check(const struct config *cfg, char *errmsg, size_t len)
 {
     if ((cfg->tls_cert == NULL) != (cfg->tls_key == NULL))
-        return fail(errmsg, len, "--tls-cert and --tls-key go together");
+        return errmsg_fail(CONFIG_ERROR, errmsg, len,
+                           "--tls-cert and --tls-key go together");
     if (cfg->tls_client_ca != NULL && cfg->tls_cert == NULL)
-        return fail(errmsg, len,
-                    "--tls-client-ca needs --tls-cert and --tls-key");
+        return errmsg_fail(CONFIG_ERROR, errmsg, len,
+                           "--tls-client-ca needs --tls-cert and --tls-key");
     bool plaintext_ok;
     char why[200];
     for (size_t i = 0; i < cfg->nlisten; i++) {
         addr_check(cfg->listen[i], &plaintext_ok, why, sizeof(why));
         if (!plaintext_ok && cfg->tls_cert == NULL && !cfg->insecure)
-            return fail(errmsg, len,
-                        "--listen %s: plaintext is allowed only on loopback "
-                        "or a unix socket; give --tls-cert and --tls-key, "
-                        "or --insecure",
-                        cfg->listen[i]);
+            return errmsg_fail(
+                CONFIG_ERROR, errmsg, len,
+                "--listen %s: plaintext is allowed only on loopback "
+                "or a unix socket; give --tls-cert and --tls-key, "
+                "or --insecure",
+                cfg->listen[i]);
     }
     if (cfg->metrics_listen != NULL) {
         addr_check(cfg->metrics_listen, &plaintext_ok, why, sizeof(why));
         if (!plaintext_ok && !cfg->insecure)
-            return fail(errmsg, len,
-                        "--metrics-listen %s: metrics are plain HTTP, "
-                        "served on loopback only unless --insecure",
-                        cfg->metrics_listen);
+            return errmsg_fail(CONFIG_ERROR, errmsg, len,
+                               "--metrics-listen %s: metrics are plain HTTP, "
+                               "served on loopback only unless --insecure",
+                               cfg->metrics_listen);
     }
     return CONFIG_OK;
 }
