@@ -23,7 +23,7 @@ RUN meson setup /build /src --buildtype=release -Dtests=false \
 FROM debian:bookworm
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      libgrpc29 libprotobuf-c1 libuv1 libsqlite3-0 libssl3 \
+      libgrpc29 libprotobuf-c1 libuv1 libsqlite3-0 libpq5 libssl3 \
       libmicrohttpd12 ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 leased \

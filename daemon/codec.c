@@ -310,16 +310,3 @@ uint8_t *codec_encode_admin(const struct request *req, size_t *len)
     free(ptrs);
     return out;
 }
-
-void admin_result_free(struct admin_result *r)
-{
-    if (r == NULL)
-        return;
-    for (size_t i = 0; i < r->n; i++) {
-        free(r->leases[i].session);
-        free(r->leases[i].owner);
-    }
-    free(r->leases);
-    free(r->next);
-    free(r);
-}

@@ -112,6 +112,32 @@ const struct config_option config_options[] = {
              "stored token and the token floor to at least N, so every "
              "token given is above N"},
 
+    {.name = "postgres", .env = "LEASED_POSTGRES", .arg = "CONNINFO",
+     .kind = CONFIG_TEXT, FIELD(postgres),
+     .section = "Many replicas over PostgreSQL (see docs/ha.md):",
+     .help = "keep leases in PostgreSQL instead of SQLite in --data-dir: "
+             "any libpq connection string or URI, e.g. 'host=db1,db2 "
+             "dbname=leases'; passwords from PGPASSFILE or PGPASSWORD, "
+             "never here"},
+    {.name = "max-clock-skew", .env = "LEASED_MAX_CLOCK_SKEW", .arg = "D",
+     .kind = CONFIG_DURATION, FIELD(max_skew_ns), .min = 0,
+     .max = HOUR, .example = "(e.g. 0ms, 500ms, 2s)",
+     .def = "500ms",
+     .help = "the most the database hosts' clocks differ by: after a "
+             "failover, leases held before wait this much longer than the "
+             "TTL"},
+    {.name = "import-from", .env = "LEASED_IMPORT_FROM", .arg = "DIR",
+     .kind = CONFIG_DIR, FIELD(import_from),
+     .help = "with --postgres: copy the leases of the SQLite store in DIR "
+             "(a --data-dir; its leased stopped) into the database, which "
+             "must hold none, keeping every token; then exit"},
+    {.name = "postgres-timeout", .env = "LEASED_POSTGRES_TIMEOUT", .arg = "D",
+     .kind = CONFIG_DURATION, FIELD(pg_timeout_ns), .min = 100 * MS,
+     .max = 60000 * MS,
+     .def = "2s",
+     .help = "the most one round trip to the database may take; then the "
+             "calls in it get UNAVAILABLE and leased reconnects"},
+
     {.name = "max-streams", .env = "LEASED_MAX_STREAMS", .arg = "N",
      .kind = CONFIG_INT, FIELD(limits.max_streams), .min = 1, .max = 100000,
      .def = "1024",
@@ -193,7 +219,8 @@ static const char *duration_text(char *buf, size_t len, int64_t ns)
     } units[] = {{"h", HOUR}, {"m", 60000 * MS}, {"s", 1000 * MS},
                  {"ms", MS}};
     size_t k = 0;
-    while (k + 1 < sizeof(units) / sizeof(units[0]) && ns % units[k].ns != 0)
+    while (k + 1 < sizeof(units) / sizeof(units[0]) &&
+           (ns % units[k].ns != 0 || ns == 0))
         k++;
     snprintf(buf, len, "%" PRId64 "%s", ns / units[k].ns, units[k].unit);
     return buf;
@@ -210,6 +237,7 @@ static int set(struct config *cfg, const struct config_option *o,
         [CONFIG_HOSTPORT] = sizeof(const char *),
         [CONFIG_FILE] = sizeof(const char *),
         [CONFIG_DIR] = sizeof(const char *),
+        [CONFIG_TEXT] = sizeof(const char *),
         [CONFIG_SWITCH] = sizeof(bool),
         [CONFIG_INT] = sizeof(int),
         [CONFIG_SIZE] = sizeof(size_t),
@@ -243,10 +271,12 @@ static int set(struct config *cfg, const struct config_option *o,
         return CONFIG_OK;
     case CONFIG_FILE:
     case CONFIG_DIR:
+    case CONFIG_TEXT:
         if (*val == '\0')
             return errmsg_fail(CONFIG_ERROR, errmsg, len, "%s: empty %s", what,
-                               o->kind == CONFIG_FILE ? "file name"
-                                                      : "directory");
+                               o->kind == CONFIG_FILE  ? "file name"
+                               : o->kind == CONFIG_DIR ? "directory"
+                                                       : "value");
         *(const char **)field = val;
         return CONFIG_OK;
     case CONFIG_SWITCH:
@@ -469,6 +499,9 @@ static int check(const struct config *cfg, char *errmsg, size_t len)
                 "or --insecure",
                 cfg->listen[i]);
     }
+    if (cfg->import_from != NULL && cfg->postgres == NULL)
+        return errmsg_fail(CONFIG_ERROR, errmsg, len,
+                           "--import-from needs --postgres (where to)");
     if (cfg->metrics_listen != NULL) {
         addr_check(cfg->metrics_listen, &plaintext_ok, why, sizeof(why));
         if (!plaintext_ok && !cfg->insecure)

@@ -29,6 +29,10 @@ struct config {
     int64_t drain_ns; /* on SIGTERM, calls in progress get this long */
     const char *metrics_listen; /* HOST:PORT of /metrics; NULL: off */
     uint64_t raise_token_floor; /* at start, tokens to at least this; 0 no */
+    const char *postgres; /* libpq conninfo; NULL: SQLite in data_dir */
+    int64_t max_skew_ns;  /* between database hosts' clocks */
+    int64_t pg_timeout_ns; /* of one round trip to the database */
+    const char *import_from; /* a SQLite data directory to copy; or NULL */
     struct config_limits {
         int max_streams;        /* concurrent calls per connection */
         int max_metadata_bytes; /* of a call's headers */
@@ -59,6 +63,7 @@ enum config_kind {
     CONFIG_HOSTPORT,  /* const char *: HOST:PORT */
     CONFIG_FILE,      /* const char *: a file name, not empty */
     CONFIG_DIR,       /* const char *: a directory, not empty */
+    CONFIG_TEXT,      /* const char *: any text, not empty */
     CONFIG_SWITCH,    /* bool: the flag takes no value; the variable is
                          1, true, 0 or false */
     CONFIG_INT,       /* int: decimal, min..max */

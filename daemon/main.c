@@ -3,6 +3,7 @@
  * signals, and nothing else.
  *
  *   config -> data directory lock -> store -> server (engine, loop side)
+ *          or: config -> PostgreSQL -> replica (loop side)
  *          -> frontend (gRPC, completion-queue thread) -> uv_run
  *
  * SIGTERM/SIGINT: health NOT_SERVING, stop accepting, answer the calls in
@@ -33,6 +34,8 @@
 #include "log.h"
 #include "metrics.h"
 #include "metrics_http.h"
+#include "postgres.h"
+#include "replica.h"
 #include "server.h"
 #include "store.h"
 #include "tls.h"
@@ -42,7 +45,10 @@
 #define BUSY_TIMEOUT_MS 2000
 
 struct daemon {
+    /* The loop side: the embedded server, or a replica over PostgreSQL
+     * (exactly one of them). */
     struct server *server;
+    struct replica *replica;
     struct frontend *frontend;
     struct tls *tls;       /* NULL: no TLS */
     struct tokens *tokens; /* NULL: no bearer tokens */
@@ -54,10 +60,23 @@ struct daemon {
     bool stopping;
 };
 
+static void on_server_closed(void *arg);
+
 static void on_requests(void *arg, struct request *list)
 {
     struct daemon *d = arg;
-    server_submit(d->server, list);
+    if (d->replica != NULL)
+        replica_submit(d->replica, list);
+    else
+        server_submit(d->server, list);
+}
+
+static void close_loop_side(struct daemon *d)
+{
+    if (d->replica != NULL)
+        replica_close(d->replica, on_server_closed, d);
+    else
+        server_close(d->server, on_server_closed, d);
 }
 
 static void reply(void *arg, struct request *req)
@@ -95,7 +114,7 @@ static void on_frontend_stopped(void *arg)
     struct daemon *d = arg;
     frontend_destroy(d->frontend);
     d->frontend = NULL;
-    server_close(d->server, on_server_closed, d);
+    close_loop_side(d);
 }
 
 /* SIGHUP: the token file and the TLS files again; what fails to load
@@ -194,6 +213,145 @@ static int load_security(const struct config *cfg, struct daemon *d,
     return 0;
 }
 
+/* The embedded store: SQLite in the data directory, which it locks
+ * (*lock_fd) against a second leased. Returns 0, or -1 with errmsg set. */
+static int open_sqlite(const struct config *cfg, struct store **store,
+                       int *lock_fd, char *errmsg, size_t len)
+{
+    *lock_fd = datadir_lock(cfg->data_dir, errmsg, len);
+    if (*lock_fd < 0)
+        return -1;
+    char db_path[PATH_MAX];
+    snprintf(db_path, sizeof(db_path), "%s/leased.db", cfg->data_dir);
+    if (store_open(db_path, BUSY_TIMEOUT_MS, store, errmsg, len) != 0)
+        return -1;
+    if (cfg->raise_token_floor == 0)
+        return 0;
+    size_t raised;
+    if (store_raise_tokens(*store, cfg->raise_token_floor, &raised) != 0) {
+        snprintf(errmsg, len, "raising the token floor: %s",
+                 store_errmsg(*store));
+        return -1;
+    }
+    log_info("token_floor_raised", "to=%llu rows=%zu",
+             (unsigned long long)cfg->raise_token_floor, raised);
+    return 0;
+}
+
+/* The shared store: a connection to PostgreSQL, the schema made or
+ * checked. Returns 0, or -1 with errmsg set (naming the flag). */
+static int open_postgres(const struct config *cfg, struct pgstore **db,
+                         char *errmsg, size_t len)
+{
+    if (cfg->raise_token_floor > 0) {
+        snprintf(errmsg, len, "--raise-token-floor: only for the SQLite "
+                              "store (without --postgres)");
+        return -1;
+    }
+    struct pgstore_options o = {
+        .conninfo = cfg->postgres,
+        .ttl_ns = cfg->ttl_ns,
+        .max_skew_ns = cfg->max_skew_ns,
+        .timeout_ms = (int)(cfg->pg_timeout_ns / 1000000),
+    };
+    char why[400];
+    if (pgstore_open(&o, db, why, sizeof(why)) != 0) {
+        snprintf(errmsg, len, "--postgres: %s", why);
+        return -1;
+    }
+    return 0;
+}
+
+struct rows {
+    struct lease_row *v;
+    size_t n, cap;
+};
+
+static char *copy_bytes(const char *p, size_t n)
+{
+    char *c = malloc(n > 0 ? n : 1);
+    if (c != NULL)
+        memcpy(c, p, n);
+    return c;
+}
+
+static int add_row(void *arg, const struct lease_row *row)
+{
+    struct rows *rows = arg;
+    if (rows->n == rows->cap) {
+        size_t cap = rows->cap > 0 ? 2 * rows->cap : 1024;
+        struct lease_row *v = realloc(rows->v, cap * sizeof(*v));
+        if (v == NULL)
+            return STORE_ENOMEM;
+        rows->v = v;
+        rows->cap = cap;
+    }
+    struct lease_row *r = &rows->v[rows->n];
+    *r = *row;
+    r->session = copy_bytes(row->session, row->session_len);
+    r->owner = copy_bytes(row->owner, row->owner_len);
+    if (r->session == NULL || r->owner == NULL) {
+        free((char *)r->session);
+        free((char *)r->owner);
+        return STORE_ENOMEM;
+    }
+    rows->n++;
+    return 0;
+}
+
+/* --import-from: the leases of a SQLite store into the database, with
+ * their tokens and the token floor, under a quarantine as long as a
+ * restart's (plus the clock skew between the two hosts): holders may
+ * still renew, nobody else takes them over before it ends. Returns 0, or
+ * -1 with errmsg set. */
+static int import_sqlite(const struct config *cfg, struct pgstore *db,
+                         char *errmsg, size_t len)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/leased.db", cfg->import_from);
+    if (access(path, R_OK) != 0) {
+        snprintf(errmsg, len, "--import-from %s: no leased.db there (%s)",
+                 cfg->import_from, strerror(errno));
+        return -1;
+    }
+    struct config from = *cfg;
+    from.data_dir = cfg->import_from;
+    from.raise_token_floor = 0;
+    struct store *store = NULL;
+    int lock_fd = -1;
+    char why[400];
+    struct rows rows = {0};
+    uint64_t floor = 0;
+    int64_t quarantine_ttl = 0;
+    int rc = -1;
+    if (open_sqlite(&from, &store, &lock_fd, why, sizeof(why)) != 0)
+        snprintf(errmsg, len, "--import-from %s: %s", cfg->import_from, why);
+    else if (store_load(store, add_row, &rows, &floor) != STORE_OK ||
+             store_get_meta(store, "quarantine_ttl_ns", &quarantine_ttl) !=
+                 STORE_OK)
+        snprintf(errmsg, len, "--import-from %s: %s", cfg->import_from,
+                 store_errmsg(store));
+    else if (pgstore_import(db, rows.v, rows.n, floor,
+                            (quarantine_ttl > cfg->ttl_ns ? quarantine_ttl
+                                                          : cfg->ttl_ns) +
+                                cfg->max_skew_ns) != PGSTORE_OK)
+        snprintf(errmsg, len, "--postgres: %s", pgstore_errmsg(db));
+    else
+        rc = 0;
+    if (rc == 0)
+        log_info("imported", "from=%s leases=%zu token_floor=%llu",
+                 cfg->import_from, rows.n, (unsigned long long)floor);
+    for (size_t i = 0; i < rows.n; i++) {
+        free((char *)rows.v[i].session);
+        free((char *)rows.v[i].owner);
+    }
+    free(rows.v);
+    store_close(store);
+    if (lock_fd >= 0)
+        close(lock_fd);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     struct config cfg;
@@ -220,28 +378,26 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    int lock_fd = datadir_lock(cfg.data_dir, err, sizeof(err));
-    if (lock_fd < 0) {
-        log_error("startup_failed", "reason=\"%s\"", err);
+    int lock_fd = -1;
+    struct store *store = NULL;
+    struct pgstore *db = NULL;
+    if ((cfg.postgres != NULL ? open_postgres(&cfg, &db, err, sizeof(err))
+                              : open_sqlite(&cfg, &store, &lock_fd, err,
+                                            sizeof(err))) != 0) {
+        char why[sizeof(err)];
+        log_quotable(why, sizeof(why), err, strlen(err));
+        log_error("startup_failed", "reason=\"%s\"", why);
         return 1;
     }
-    char db_path[PATH_MAX];
-    snprintf(db_path, sizeof(db_path), "%s/leased.db", cfg.data_dir);
-    struct store *store;
-    if (store_open(db_path, BUSY_TIMEOUT_MS, &store, err, sizeof(err)) != 0) {
-        log_error("startup_failed", "reason=\"%s\"", err);
-        return 1;
-    }
-    if (cfg.raise_token_floor > 0) {
-        size_t raised;
-        if (store_raise_tokens(store, cfg.raise_token_floor, &raised) != 0) {
-            log_error("startup_failed",
-                      "reason=\"raising the token floor: %s\"",
-                      store_errmsg(store));
-            return 1;
+    if (cfg.import_from != NULL) {
+        rc = import_sqlite(&cfg, db, err, sizeof(err));
+        pgstore_close(db);
+        if (rc != 0) {
+            char why[sizeof(err)];
+            log_quotable(why, sizeof(why), err, strlen(err));
+            log_error("import_failed", "reason=\"%s\"", why);
         }
-        log_info("token_floor_raised", "to=%llu rows=%zu",
-                 (unsigned long long)cfg.raise_token_floor, raised);
+        return rc == 0 ? 0 : 1;
     }
 
     /* SIGTERM, SIGINT and SIGHUP stay blocked in every thread from here
@@ -265,12 +421,20 @@ int main(int argc, char **argv)
     }
 
     uv_loop_t *loop = uv_default_loop();
-    d.server = server_create(loop, store, cfg.ttl_ns, err, sizeof(err));
-    if (d.server == NULL) {
+    if (db != NULL) {
+        d.replica = replica_create(loop, db, cfg.ttl_ns);
+        snprintf(err, sizeof(err), "out of memory");
+    } else {
+        d.server = server_create(loop, store, cfg.ttl_ns, err, sizeof(err));
+    }
+    if (d.server == NULL && d.replica == NULL) {
         log_error("startup_failed", "reason=\"%s\"", err);
         return 1;
     }
-    server_set_reply(d.server, reply, on_storage, on_fatal, &d);
+    if (d.replica != NULL)
+        replica_set_reply(d.replica, reply, on_storage, on_fatal, &d);
+    else
+        server_set_reply(d.server, reply, on_storage, on_fatal, &d);
 
     /* The loop reads the signals only once it runs, when the frontend is
      * there: a SIGTERM right after `listening` drains rather than kills. */
@@ -300,7 +464,7 @@ int main(int argc, char **argv)
     if (d.frontend == NULL) {
         log_error("startup_failed", "reason=\"%s\"", err);
         metrics_http_stop(d.metrics);
-        server_close(d.server, on_server_closed, &d);
+        close_loop_side(&d);
         uv_run(loop, UV_RUN_DEFAULT);
         uv_loop_close(loop);
         close(d.signal_fd);
@@ -310,9 +474,10 @@ int main(int argc, char **argv)
         tokens_free(d.admin_tokens);
         return 1;
     }
-    log_info("started", "version=%s data_dir=%s ttl_ms=%lld pid=%ld",
-             LEASED_VERSION, cfg.data_dir, (long long)(cfg.ttl_ns / 1000000),
-             (long)getpid());
+    log_info("started", "version=%s store=%s data_dir=%s ttl_ms=%lld pid=%ld",
+             LEASED_VERSION, db != NULL ? "postgres" : "sqlite",
+             db != NULL ? "-" : cfg.data_dir,
+             (long long)(cfg.ttl_ns / 1000000), (long)getpid());
 
     uv_run(loop, UV_RUN_DEFAULT);
 
@@ -325,7 +490,8 @@ int main(int argc, char **argv)
     tls_free(d.tls);
     tokens_free(d.tokens);
     tokens_free(d.admin_tokens);
-    close(lock_fd);
+    if (lock_fd >= 0)
+        close(lock_fd);
     log_info("stopped", NULL);
     return 0;
 }

@@ -48,6 +48,8 @@ void metrics_init(void)
     set_bounds(&metrics.commit_seconds, io_bounds, NBOUNDS(io_bounds));
     set_bounds(&metrics.fsync_seconds, io_bounds, NBOUNDS(io_bounds));
     set_bounds(&metrics.batch_changes, batch_bounds, NBOUNDS(batch_bounds));
+    set_bounds(&metrics.pg_round_trip_seconds, io_bounds, NBOUNDS(io_bounds));
+    set_bounds(&metrics.pg_batch_calls, batch_bounds, NBOUNDS(batch_bounds));
     metrics.start_time_s = (int64_t)time(NULL);
 }
 
@@ -202,6 +204,27 @@ char *metrics_render(size_t *len)
             "Jumps of the wall clock against the monotonic clock (over "
             "1 s); leases are timed on the monotonic one.",
             &metrics.clock_steps);
+    if (metrics.postgres) {
+        histogram(f, "leased_pg_round_trip_seconds",
+                  "Time for one batch's transaction over PostgreSQL, from "
+                  "sending it to its COMMIT's answer.",
+                  &metrics.pg_round_trip_seconds);
+        histogram(f, "leased_pg_batch_calls",
+                  "Lease calls per PostgreSQL transaction (group commit).",
+                  &metrics.pg_batch_calls);
+        counter(f, "leased_pg_failovers_total",
+                "Connections that found a different primary than the "
+                "database last saw (a failover, or a restart).",
+                &metrics.pg_failovers);
+        counter(f, "leased_pg_errors_total",
+                "Round trips to PostgreSQL that failed (the calls in them "
+                "got UNAVAILABLE), and failed connection attempts.",
+                &metrics.pg_errors);
+        counter(f, "leased_pg_clock_steps_total",
+                "Jumps (over 1 s) of the database host's wall clock, which "
+                "decides expiry, against this replica's monotonic clock.",
+                &metrics.pg_clock_steps);
+    }
     gauge(f, "leased_start_time_seconds", "When leased started (Unix time).",
           (double)metrics.start_time_s);
     header(f, "leased_build_info", "gauge", "The version of leased.");

@@ -49,6 +49,11 @@ struct metrics {
     struct histogram batch_changes;  /* changes per commit */
     struct histogram commit_seconds; /* store_apply */
     struct histogram fsync_seconds;  /* store_sync */
+    /* Over PostgreSQL (shown only then): */
+    bool postgres;
+    struct histogram pg_round_trip_seconds; /* one batch's transaction */
+    struct histogram pg_batch_calls;        /* calls per transaction */
+    _Atomic uint64_t pg_failovers, pg_errors, pg_clock_steps;
     int64_t start_time_s;
 };
 

@@ -86,7 +86,7 @@ struct request {
     struct admin_result *admin; /* admin calls */
 };
 
-/* Frees an admin answer. Accepts NULL. */
+/* Frees an admin answer (admin.h makes them). Accepts NULL. */
 void admin_result_free(struct admin_result *r);
 
 #endif

@@ -62,6 +62,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admin.h"
 #include "clock.h"
 #include "engine.h"
 #include "faultpoint.h"
@@ -471,50 +472,6 @@ static void commit_done(uv_work_t *w, int status)
 
 /* --- Admin calls (read only) ------------------------------------------ */
 
-static struct admin_result *result_new(size_t cap)
-{
-    struct admin_result *a = calloc(1, sizeof(*a));
-    if (a != NULL && cap > 0 &&
-        (a->leases = calloc(cap, sizeof(*a->leases))) == NULL) {
-        free(a);
-        return NULL;
-    }
-    if (a != NULL)
-        a->cap = cap;
-    return a;
-}
-
-static char *copy(const char *p, size_t n)
-{
-    char *c = malloc(n + 1);
-    if (c != NULL) {
-        memcpy(c, p, n);
-        c[n] = '\0';
-    }
-    return c;
-}
-
-/* Appends a lease to a; -1 when out of memory. */
-static int result_add(struct admin_result *a, const struct lease_row *row,
-                      bool live)
-{
-    struct admin_lease *l = &a->leases[a->n];
-    l->session = copy(row->session, row->session_len);
-    l->owner = copy(row->owner, row->owner_len);
-    if (l->session == NULL || l->owner == NULL) {
-        free(l->session);
-        free(l->owner);
-        return -1;
-    }
-    l->session_len = row->session_len;
-    l->owner_len = row->owner_len;
-    l->token = row->token;
-    l->expiry_ns = row->expiry_ns;
-    l->live = live;
-    a->n++;
-    return 0;
-}
-
 /* The leases live at now_ns, counted now: the gauge's census
  * (update_gauges) is up to a tick old, and longer on a big table. The
  * count refreshes the gauge too. O(entries) on the loop: Stats is an
@@ -530,7 +487,7 @@ static void answer_admin(struct server *s, struct request *r, int64_t now_ns)
 {
     r->status = REPLY_OK;
     r->reason[0] = '\0';
-    r->admin = result_new(r->op == OP_GET ? 1 : 0);
+    r->admin = admin_result_new(r->op == OP_GET ? 1 : 0);
     if (r->admin == NULL) {
         r->status = REPLY_UNAVAILABLE;
         snprintf(r->reason, sizeof(r->reason), "out of memory");
@@ -540,7 +497,7 @@ static void answer_admin(struct server *s, struct request *r, int64_t now_ns)
             row.owner_len == 0) {
             r->status = REPLY_NOT_FOUND;
             snprintf(r->reason, sizeof(r->reason), "no lease");
-        } else if (result_add(r->admin, &row,
+        } else if (admin_result_add(r->admin, &row,
                               engine_live(s->engine, r->session,
                                           r->session_len, now_ns)) != 0) {
             r->status = REPLY_UNAVAILABLE;
@@ -567,22 +524,14 @@ struct list_ctx {
     int64_t now_ns, quarantine_end_ns;
 };
 
-/* A listed row: kept while the page has room; one more means a next
- * page, which starts after the last row kept. */
+/* A listed row. Committed rows: live while not expired, and for every
+ * held one during the restart quarantine (as the engine decides). */
 static int list_row(void *arg, const struct lease_row *row)
 {
     struct list_ctx *c = arg;
-    struct admin_result *a = c->r->admin;
-    if (a->n == c->r->page_size) {
-        const struct admin_lease *last = &a->leases[a->n - 1];
-        a->next = copy(last->session, last->session_len);
-        a->next_len = last->session_len;
-        return a->next != NULL ? 1 : STORE_ENOMEM;
-    }
-    /* Committed rows: live while not expired, and for every held one
-     * during the restart quarantine (as the engine decides). */
     bool live = row->expiry_ns > c->now_ns || c->now_ns < c->quarantine_end_ns;
-    return result_add(a, row, live) == 0 ? 0 : STORE_ENOMEM;
+    int rc = admin_page_add(c->r, row, live);
+    return rc >= 0 ? rc : STORE_ENOMEM;
 }
 
 static void run_list(uv_work_t *w)
@@ -625,7 +574,7 @@ static void maybe_list(struct server *s)
     struct request *r = s->lists;
     r->status = REPLY_OK;
     r->reason[0] = '\0';
-    r->admin = result_new(r->page_size);
+    r->admin = admin_result_new(r->page_size);
     if (r->admin == NULL) {
         s->lists = r->next;
         if (s->lists == NULL)

@@ -108,6 +108,11 @@ int daemon_start(struct daemon_proc *d, const char *ttl, ...)
     const char *argv[32] = {bin, "--listen", "127.0.0.1:0", "--data-dir",
                             data, "--ttl", ttl};
     int argc = 7;
+    const char *postgres = getenv("LEASED_TEST_POSTGRES");
+    if (postgres != NULL) {
+        argv[argc++] = "--postgres";
+        argv[argc++] = postgres;
+    }
     va_list ap;
     va_start(ap, ttl);
     const char *a;

@@ -13,7 +13,9 @@ struct daemon_proc {
 };
 
 /* Starts leased with --ttl ttl (and the extra arguments, NULL-ended) and
- * waits until it listens. Returns 0, or -1 with a message on stderr. */
+ * waits until it listens. Returns 0, or -1 with a message on stderr.
+ * With $LEASED_TEST_POSTGRES set (a conninfo; tests/integration/
+ * with_postgres.py sets it), leased keeps its leases there instead. */
 int daemon_start(struct daemon_proc *d, const char *ttl, ...);
 
 /* SIGTERM; waits up to 20 s. Returns the exit status (0 = clean), or -1

@@ -5,7 +5,7 @@
 # and tests each build: plain (every suite, and the daemon under
 # valgrind), with the address and undefined-behaviour sanitizers (every
 # suite), and with the thread sanitizer (the unit, conformance,
-# integration and fuzz suites, less the few timing-bound cases
+# integration, PostgreSQL and fuzz suites, less the few timing-bound cases
 # tests/integration/meson.build lists in tsan_excluded). A sanitizer
 # report from a leased that a test started fails that test. Then it builds
 # the fuzz targets with clang's libFuzzer and fuzzes each for a bounded
@@ -107,7 +107,8 @@ if [ -f build/build.ninja ]; then
 fi
 run_suite build-sanitize -Db_sanitize=address,undefined -Db_lundef=false
 run_suite build-tsan -Db_sanitize=thread -Db_lundef=false \
-  -- --suite unit --suite conformance --suite integration --suite fuzz
+  -- --suite unit --suite conformance --suite integration --suite fuzz \
+  --suite postgres
 # The fuzz targets alone (alias `fuzz`), with clang and libFuzzer: each
 # fuzzed for a bounded time from a copy of its corpus (tests/fuzz).
 CC=clang targets=fuzz run_suite build-fuzz -Dtests=false -Dfuzzer=true \

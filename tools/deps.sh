@@ -6,7 +6,8 @@
 #                        (tools/run.sh): a compiler, meson, the libraries
 #   tools/deps.sh test   all of that, and what the test command
 #                        (tests/run.sh) uses besides: Python's and Go's
-#                        gRPC, Node.js, valgrind, strace, clang, systemd…
+#                        gRPC, Node.js, PostgreSQL, valgrind, strace,
+#                        clang, systemd…
 set -eu
 set -o pipefail
 
@@ -22,23 +23,26 @@ esac
 # dpkg-dev: meson asks its dpkg-architecture for Debian's multiarch
 # library directory; without it `meson install` puts liblease in
 # /usr/local/lib64, where neither pkg-config nor the loader look.
+# libpq-dev: leased's PostgreSQL storage links libpq.
 packages=(
   gcc libc6-dev pkg-config meson ninja-build dpkg-dev
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev
-  libuv1-dev libsqlite3-dev libssl-dev libmicrohttpd-dev
+  libuv1-dev libsqlite3-dev libssl-dev libmicrohttpd-dev libpq-dev
 )
 if [ "$1" = test ]; then
   # procps: kill(1), which systemd-analyze checks the unit's
   # ExecReload= against. iproute2: `ip`, for the tests that run leased
   # in a network namespace of their own. podman, runc and debootstrap:
   # the container suites. ca-certificates: npm's TLS to its registry
-  # (Debian's nodejs only recommends it).
+  # (Debian's nodejs only recommends it). postgresql-15: the PostgreSQL
+  # tests start servers of their own from its binaries.
   packages+=(
     protobuf-compiler libhiredis-dev openssl
     python3 python3-grpcio python3-protobuf python3-prometheus-client
     golang-go golang-google-grpc-dev golang-google-protobuf-dev
     libfaketime valgrind strace clang libclang-rt-14-dev
     systemd procps iproute2 git podman runc debootstrap ca-certificates
+    postgresql-15
   )
 fi
 
@@ -59,9 +63,20 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "deps: missing packages: ${missing[*]}; run as root to install them" >&2
   exit 1
 fi
+# Installing postgresql-15 also creates and starts a system cluster,
+# 15/main, unless /etc/postgresql-common/createcluster.conf says
+# create_main_cluster = false. That file is postgresql-common's (not a
+# dpkg conffile: its postinst installs it with ucf), so write it before
+# the package comes, and have ucf keep it (UCF_FORCE_CONFFOLD; dpkg's
+# --force-confold does not reach ucf).
+pg_common=$(dpkg-query -W -f='${Status}' postgresql-common 2>/dev/null || true)
+if [ "$1" = test ] && [ "$pg_common" != "install ok installed" ]; then
+  mkdir -p /etc/postgresql-common
+  echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.conf
+fi
 start=$SECONDS
 echo "deps: installing ${#missing[@]} packages for $for_what: ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
+export DEBIAN_FRONTEND=noninteractive UCF_FORCE_CONFFOLD=1
 echo "deps: apt-get update"
 apt-get update -qq
 # apt's own output is long; its errors still reach stderr. A line for the

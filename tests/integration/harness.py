@@ -87,6 +87,35 @@ def sanitizer_excerpt(text, max_lines=80):
     return "\n".join(lines[:min(end + 1, max_lines)])
 
 
+# With LEASED_TEST_STORE=postgres, every Leased keeps its leases in a
+# database of its own on one PostgreSQL server this process starts
+# (tests/integration/pg.py), instead of SQLite in its data directory.
+_postgres = None
+_databases = 0
+
+
+def shared_postgres():
+    """This process's PostgreSQL server, started at first use and stopped
+    at exit (pg.py)."""
+    global _postgres
+    if _postgres is None:
+        import pg
+        _postgres = pg.Postgres()
+        _postgres.start()
+    return _postgres
+
+
+def fresh_database(server=None):
+    """A new, empty database on server (shared_postgres() by default):
+    its libpq conninfo."""
+    global _databases
+    server = server or shared_postgres()
+    _databases += 1
+    name = "leases_%d_%d" % (os.getpid(), _databases)
+    server.psql("CREATE DATABASE %s" % name)
+    return server.conninfo(dbname=name)
+
+
 def leased_bin():
     path = os.environ.get("LEASED_BIN")
     if not path:
@@ -98,11 +127,17 @@ class Leased:
     """One leased process. Use as a context manager, or call stop()."""
 
     def __init__(self, data_dir=None, ttl="1s", args=(), listen="127.0.0.1:0",
-                 env=None, tls=None, token=None):
+                 env=None, tls=None, token=None, postgres=None):
         """tls: a certs.Certs; leased then serves TLS with its server
         certificate, and channel() trusts its CA and presents client1's
         certificate. token: a bearer token leased requires (from a file
-        of its own) and client() sends."""
+        of its own) and client() sends. postgres: a conninfo for
+        --postgres (by default a fresh database when
+        LEASED_TEST_STORE=postgres, else SQLite)."""
+        if postgres is None and \
+                os.environ.get("LEASED_TEST_STORE") == "postgres":
+            postgres = fresh_database()
+        self.postgres = postgres
         self._tmp = tempfile.TemporaryDirectory(prefix="leased-test-")
         if data_dir is None:
             data_dir = os.path.join(self._tmp.name, "data")
@@ -149,6 +184,8 @@ class Leased:
             cmd += ["--ttl", self.ttl]
         if self.listen is not None:
             cmd += ["--listen", self.listen]
+        if self.postgres is not None:
+            cmd += ["--postgres", self.postgres]
         cmd += self.args
         env = dict(os.environ)
         env.update(self.env or {})

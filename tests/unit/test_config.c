@@ -78,6 +78,9 @@ TEST(defaults)
     CHECK_EQ_I64(cfg.drain_ns, 5000 * MS);
     CHECK(cfg.metrics_listen == NULL);
     CHECK_EQ_U64(cfg.raise_token_floor, 0);
+    CHECK(cfg.postgres == NULL);
+    CHECK_EQ_I64(cfg.max_skew_ns, 500 * MS);
+    CHECK_EQ_I64(cfg.pg_timeout_ns, 2000 * MS);
     CHECK_EQ_I64(cfg.limits.max_streams, 1024);
     CHECK_EQ_I64(cfg.limits.max_metadata_bytes, 16384);
     CHECK_EQ_I64(cfg.limits.keepalive_min_ns, 5000 * MS);
@@ -150,6 +153,12 @@ TEST(bad_flags_refused)
     CHECK_EQ_I64(parse(&cfg, a6), CONFIG_ERROR);
     char *a7[] = {"leased", "extra", NULL};
     CHECK_EQ_I64(parse(&cfg, a7), CONFIG_ERROR);
+    char *a7b[] = {"leased", "--import-from", "/old", NULL};
+    CHECK_EQ_I64(parse(&cfg, a7b), CONFIG_ERROR);
+    char *a7c[] = {"leased", "--postgres", "", NULL};
+    CHECK_EQ_I64(parse(&cfg, a7c), CONFIG_ERROR);
+    char *a7d[] = {"leased", "--max-clock-skew", "2h", NULL};
+    CHECK_EQ_I64(parse(&cfg, a7d), CONFIG_ERROR);
     setenv("LEASED_TTL", "forever", 1);
     char *a8[] = {"leased", NULL};
     char err[256];
@@ -330,6 +339,18 @@ TEST(every_option_by_flag_and_variable)
     CHECK(c[0].drain_ns == 2000 * MS && c[1].drain_ns == 2000 * MS);
     CHECK(both(c, "raise-token-floor", "LEASED_RAISE_TOKEN_FLOOR", "9"));
     CHECK(c[0].raise_token_floor == 9 && c[1].raise_token_floor == 9);
+    CHECK(both(c, "postgres", "LEASED_POSTGRES", "dbname=leases"));
+    CHECK_STR(c[0].postgres, "dbname=leases");
+    CHECK_STR(c[1].postgres, "dbname=leases");
+    CHECK(both(c, "max-clock-skew", "LEASED_MAX_CLOCK_SKEW", "0ms"));
+    CHECK(c[0].max_skew_ns == 0 && c[1].max_skew_ns == 0);
+    setenv("LEASED_POSTGRES", "dbname=x", 1); /* it needs --postgres */
+    CHECK(both(c, "import-from", "LEASED_IMPORT_FROM", "/old"));
+    CHECK_STR(c[0].import_from, "/old");
+    CHECK_STR(c[1].import_from, "/old");
+    unsetenv("LEASED_POSTGRES");
+    CHECK(both(c, "postgres-timeout", "LEASED_POSTGRES_TIMEOUT", "750ms"));
+    CHECK(c[0].pg_timeout_ns == 750 * MS && c[1].pg_timeout_ns == 750 * MS);
     CHECK(both(c, "max-streams", "LEASED_MAX_STREAMS", "10"));
     CHECK(c[0].limits.max_streams == 10 && c[1].limits.max_streams == 10);
     CHECK(both(c, "max-metadata-size", "LEASED_MAX_METADATA_SIZE", "2048"));

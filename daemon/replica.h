@@ -1,0 +1,40 @@
+/*
+ * The replica: the loop side of leased over PostgreSQL, in place of the
+ * server (server.h) of the embedded mode. It keeps no lease state: it
+ * hands each batch of calls to the database, which decides (see
+ * storage/postgres.h), and answers once the batch's transaction has
+ * committed. The same calls as server.h, with the same contracts.
+ */
+#ifndef LEASED_REPLICA_H
+#define LEASED_REPLICA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "request.h"
+
+struct replica;
+struct pgstore;
+
+/* Creates a replica on loop over db (connected; taken: closed by the
+ * replica). ttl_ns is the lease lifetime the database was opened with.
+ * Returns NULL when out of memory (db is closed then too). */
+struct replica *replica_create(uv_loop_t *loop, struct pgstore *db,
+                               int64_t ttl_ns);
+
+/* As server_set_reply(); fatal is never called (a lost database is a
+ * storage failure the replica recovers from by reconnecting). */
+void replica_set_reply(struct replica *r,
+                       void (*reply)(void *arg, struct request *req),
+                       void (*storage)(void *arg, bool ok),
+                       void (*fatal)(void *arg, const char *why), void *arg);
+
+/* Takes a list of requests (linked by ->next) to decide and answer. */
+void replica_submit(struct replica *r, struct request *list);
+
+/* Stops the timer, waits for the round trip in flight, closes the
+ * database connection and every handle, then calls done(arg). */
+void replica_close(struct replica *r, void (*done)(void *arg), void *arg);
+
+#endif

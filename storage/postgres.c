@@ -1,0 +1,1066 @@
+/*
+ * The PostgreSQL store (see postgres.h): the only file that includes
+ * libpq-fe.h.
+ *
+ * Schema (leased_meta 'schema_version' = 1):
+ *   leased_leases(session bytea PRIMARY KEY, owner bytea, token bigint,
+ *                 expiry_ns bigint, generation bigint)
+ *     owner '' means released; expiry_ns is the database's clock, ns since
+ *     the epoch; generation is the primary generation (below) of the
+ *     row's last takeover.
+ *   leased_meta(key text PRIMARY KEY, value bigint)
+ *     'ttl_ns': the TTL every replica must use;
+ *     'token_floor': the highest token of every row ever deleted; a new
+ *     row starts above it, so collecting rows never lowers a token;
+ *     'primary_started_us': the start of the database server the last
+ *     connection saw (pg_postmaster_start_time());
+ *     'generation': how many times that changed (a failover, a restart);
+ *     'quarantine_end_ns': until when a lease held before the last change
+ *     counts as live whatever its expiry says (the new primary's clock
+ *     may be ahead of the old one's by up to --max-clock-skew, and an
+ *     asynchronous standby may have missed the last renewals).
+ *
+ * The rules (core/rules.h, docs/protocol.md) are stated here a second
+ * time, in SQL, as the functions leased_acquire, leased_renew and
+ * leased_release: each locks its row (FOR UPDATE), reads the database's
+ * clock and decides. The conformance suite holds both to one behaviour.
+ *
+ * Tokens of new rows come from the floor, which garbage collection
+ * raises. So that no batch reads a floor a collection is about to raise,
+ * every batch holds a shared advisory lock and a collection an exclusive
+ * one; a collection skips rows another transaction has locked, and a
+ * batch takes its lock before any row, so the two never deadlock.
+ *
+ * Every round trip goes through pipeline mode with a deadline of our own
+ * (a stopped server never answers, and libpq would wait forever); a
+ * missed deadline closes the connection, since it is then unknown what
+ * the server will still do with what it was sent.
+ */
+#include "postgres.h"
+
+#include <errno.h>
+#include <libpq-fe.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errmsg.h"
+#include "faultpoint.h"
+#include "nanotime.h"
+
+#define SCHEMA_VERSION 1
+#define LOCK_CLASS 1818583411 /* "leas", the advisory lock namespace */
+#define LOCK_SCHEMA 1
+#define LOCK_FLOOR 2
+#define LOCK_COLLECT 3
+#define MAX_PARAMS 5
+#define CONNECT_TIMEOUT_S_MIN 2 /* libpq's own minimum */
+
+/* Created once, in this order, in one transaction under the schema lock.
+ * Each entry is one statement (pipeline mode sends no scripts). */
+static const char *const schema_sql[] = {
+    "CREATE TABLE leased_leases ("
+    " session bytea PRIMARY KEY,"
+    " owner bytea NOT NULL,"
+    " token bigint NOT NULL,"
+    " expiry_ns bigint NOT NULL,"
+    " generation bigint NOT NULL)",
+
+    "CREATE FUNCTION leased_now() RETURNS bigint LANGUAGE sql VOLATILE AS "
+    "$$ SELECT (extract(epoch FROM clock_timestamp()) * 1000000000)"
+    "::bigint $$",
+
+    "CREATE FUNCTION leased_meta_value(k text) RETURNS bigint "
+    "LANGUAGE sql STABLE AS "
+    "$$ SELECT value FROM leased_meta WHERE key = k $$",
+
+    /* Live: held and not expired, or held since before the last change
+     * of primary while its quarantine lasts. */
+    "CREATE FUNCTION leased_live(r leased_leases, now_ns bigint) "
+    "RETURNS boolean LANGUAGE sql STABLE AS $$ SELECT r.owner <> '' AND "
+    "(now_ns < r.expiry_ns OR "
+    " (r.generation < leased_meta_value('generation') AND "
+    "  now_ns < leased_meta_value('quarantine_end_ns'))) $$",
+
+    /* A batch's first statement: the floor lock, and the time. */
+    "CREATE FUNCTION leased_begin() RETURNS bigint LANGUAGE plpgsql AS $$ "
+    "BEGIN PERFORM pg_advisory_xact_lock_shared(1818583411, 2); "
+    "RETURN leased_now(); END $$",
+
+    /* code: 0 granted, 1 held by another owner (enum rules_code).
+     * flags: 1 takeover, 2 it replaced an expired holder. */
+    "CREATE FUNCTION leased_acquire(s bytea, o bytea, ttl bigint, "
+    " OUT code int, OUT tok bigint, OUT exp bigint, OUT flags int) "
+    "LANGUAGE plpgsql AS $$ "
+    "DECLARE r leased_leases; had boolean; now_ns bigint; "
+    "BEGIN "
+    " flags := 0; "
+    " LOOP "
+    "  SELECT * INTO r FROM leased_leases WHERE session = s FOR UPDATE; "
+    "  had := FOUND; "
+    "  now_ns := leased_now(); "
+    "  IF had AND leased_live(r, now_ns) THEN "
+    "   IF r.owner <> o THEN code := 1; RETURN; END IF; "
+    "   exp := greatest(now_ns + ttl, r.expiry_ns + 1); "
+    "   UPDATE leased_leases SET expiry_ns = exp WHERE session = s; "
+    "   code := 0; tok := r.token; RETURN; "
+    "  END IF; "
+    "  code := 0; exp := now_ns + ttl; "
+    "  IF had THEN "
+    "   tok := r.token + 1; "
+    "   flags := CASE WHEN r.owner <> '' THEN 3 ELSE 1 END; "
+    "   UPDATE leased_leases SET owner = o, token = tok, expiry_ns = exp, "
+    "    generation = leased_meta_value('generation') WHERE session = s; "
+    "   RETURN; "
+    "  END IF; "
+    "  tok := leased_meta_value('token_floor') + 1; flags := 1; "
+    "  INSERT INTO leased_leases VALUES "
+    "   (s, o, tok, exp, leased_meta_value('generation')) "
+    "   ON CONFLICT (session) DO NOTHING; "
+    "  IF FOUND THEN RETURN; END IF; "
+    /* Another replica inserted it meanwhile: decide on its row. */
+    " END LOOP; "
+    "END $$",
+
+    /* code: 0 renewed, 2 lost. flags: 4 reclaimed after expiry. */
+    "CREATE FUNCTION leased_renew(s bytea, o bytea, t bigint, ttl bigint, "
+    " OUT code int, OUT tok bigint, OUT exp bigint, OUT flags int) "
+    "LANGUAGE plpgsql AS $$ "
+    "DECLARE r leased_leases; now_ns bigint; "
+    "BEGIN "
+    " flags := 0; "
+    " SELECT * INTO r FROM leased_leases WHERE session = s FOR UPDATE; "
+    " IF NOT FOUND OR r.owner = '' OR r.owner <> o OR r.token <> t THEN "
+    "  code := 2; RETURN; "
+    " END IF; "
+    " now_ns := leased_now(); "
+    " exp := greatest(now_ns + ttl, r.expiry_ns + 1); "
+    " IF r.expiry_ns <= now_ns THEN flags := 4; END IF; "
+    " UPDATE leased_leases SET expiry_ns = exp WHERE session = s; "
+    " code := 0; tok := r.token; "
+    "END $$",
+
+    /* code: 0 released, 3 nothing to release. */
+    "CREATE FUNCTION leased_release(s bytea, o bytea, t bigint, "
+    " OUT code int, OUT tok bigint, OUT exp bigint, OUT flags int) "
+    "LANGUAGE plpgsql AS $$ "
+    "DECLARE r leased_leases; "
+    "BEGIN "
+    " flags := 0; "
+    " SELECT * INTO r FROM leased_leases WHERE session = s FOR UPDATE; "
+    " IF NOT FOUND OR r.owner = '' OR r.owner <> o OR r.token <> t THEN "
+    "  code := 3; RETURN; "
+    " END IF; "
+    " UPDATE leased_leases SET owner = '' WHERE session = s; "
+    " code := 0; tok := r.token; exp := r.expiry_ns; "
+    "END $$",
+
+    /* Rows expired or released for longer than a TTL, not quarantined,
+     * and not locked by a batch; one collector at a time. */
+    "CREATE FUNCTION leased_collect(ttl bigint, lim int, "
+    " OUT collected bigint, OUT expired bigint) "
+    "LANGUAGE plpgsql AS $$ "
+    "DECLARE now_ns bigint := leased_now(); top bigint; "
+    "BEGIN "
+    " collected := 0; expired := 0; "
+    " IF NOT pg_try_advisory_xact_lock(1818583411, 3) OR NOT EXISTS ("
+    "   SELECT 1 FROM leased_leases l WHERE l.expiry_ns < now_ns - ttl "
+    "   AND NOT leased_live(l, now_ns)) THEN RETURN; END IF; "
+    " PERFORM pg_advisory_xact_lock(1818583411, 2); "
+    " now_ns := leased_now(); "
+    " WITH gone AS (DELETE FROM leased_leases WHERE session IN ("
+    "   SELECT session FROM leased_leases l WHERE l.expiry_ns < now_ns - ttl"
+    "   AND NOT leased_live(l, now_ns) LIMIT lim FOR UPDATE SKIP LOCKED) "
+    "  RETURNING token, owner) "
+    " SELECT count(*), count(*) FILTER (WHERE owner <> ''), max(token) "
+    "  INTO collected, expired, top FROM gone; "
+    " IF collected > 0 THEN "
+    "  UPDATE leased_meta SET value = greatest(value, top) "
+    "   WHERE key = 'token_floor'; "
+    " END IF; "
+    "END $$",
+};
+
+enum stmt {
+    S_BEGIN,
+    S_LOCK,
+    S_ACQUIRE,
+    S_RENEW,
+    S_RELEASE,
+    S_COMMIT,
+    S_ROLLBACK,
+    S_GET,
+    S_LIST,
+    S_STATS,
+    S_COLLECT,
+    S_COUNT,
+};
+
+/* Prepared on every connection, named by their index ("s0", "s1"…). */
+static const char *const stmt_sql[S_COUNT] = {
+    [S_BEGIN] = "BEGIN",
+    [S_LOCK] = "SELECT leased_begin()",
+    [S_ACQUIRE] = "SELECT * FROM leased_acquire($1::bytea, $2::bytea, "
+                  "$3::bigint)",
+    [S_RENEW] = "SELECT * FROM leased_renew($1::bytea, $2::bytea, "
+                "$3::bigint, $4::bigint)",
+    [S_RELEASE] = "SELECT * FROM leased_release($1::bytea, $2::bytea, "
+                  "$3::bigint)",
+    [S_COMMIT] = "COMMIT",
+    [S_ROLLBACK] = "ROLLBACK",
+    [S_GET] = "SELECT owner, token, expiry_ns, leased_live(l, leased_now()) "
+              "FROM leased_leases l WHERE session = $1::bytea",
+    /* $3: the end of the prefix's range, or NULL (no end). */
+    [S_LIST] = "SELECT session, owner, token, expiry_ns, "
+               "leased_live(l, n.now_ns) "
+               "FROM leased_leases l, (SELECT leased_now() AS now_ns) n "
+               "WHERE owner <> '' AND session > $1::bytea "
+               "AND session >= $2::bytea "
+               "AND ($3::bytea IS NULL OR session < $3::bytea) "
+               "AND substring(session FROM 1 FOR length($2::bytea)) = $2 "
+               "ORDER BY session LIMIT $4::bigint",
+    [S_STATS] = "SELECT a.live, a.entries, greatest(a.top, "
+                "leased_meta_value('token_floor')), "
+                "greatest(leased_meta_value('quarantine_end_ns') - n.now_ns, "
+                "0) FROM (SELECT leased_now() AS now_ns) n, LATERAL "
+                "(SELECT count(*) FILTER (WHERE leased_live(l, n.now_ns)) "
+                "AS live, count(*) AS entries, coalesce(max(token), 0) AS top "
+                "FROM leased_leases l) a",
+    [S_COLLECT] = "SELECT * FROM leased_collect($1::bigint, $2::int)",
+};
+
+struct pgstore {
+    struct pgstore_options o;
+    PGconn *conn;
+    char *password; /* from the conninfo, to keep out of messages */
+    PGresult **res; /* one per query of the round trip in flight */
+    size_t res_cap;
+    size_t *order; /* a batch's calls, in session order */
+    /* A warning came during a round trip: a COMMIT may then report
+     * success for a transaction a synchronous standby never confirmed
+     * (an operator cancelled the wait). */
+    bool warned;
+    char owner[ENGINE_OWNER_MAX]; /* pgstore_get()'s row */
+    char errmsg[256];
+};
+
+/* The parameters of one query, all in binary. */
+struct params {
+    int n;
+    const char *v[MAX_PARAMS];
+    int len[MAX_PARAMS];
+    int fmt[MAX_PARAMS];
+    unsigned char ints[MAX_PARAMS][8];
+};
+
+static void add_bytes(struct params *q, const char *p, size_t len)
+{
+    q->v[q->n] = p;
+    q->len[q->n] = (int)len;
+    q->fmt[q->n++] = 1;
+}
+
+static void add_null(struct params *q)
+{
+    q->v[q->n] = NULL;
+    q->len[q->n] = 0;
+    q->fmt[q->n++] = 1;
+}
+
+static void add_int(struct params *q, int64_t value, int bytes)
+{
+    uint64_t u = (uint64_t)value;
+    for (int i = 0; i < bytes; i++)
+        q->ints[q->n][i] = (unsigned char)(u >> (8 * (bytes - 1 - i)));
+    add_bytes(q, (const char *)q->ints[q->n], (size_t)bytes);
+}
+
+/* Notices stay out of the daemon's output; a warning is noted. */
+static void on_notice(void *arg, const PGresult *r)
+{
+    struct pgstore *p = arg;
+    const char *sev = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+    if (sev != NULL && strcmp(sev, "WARNING") == 0)
+        p->warned = true;
+}
+
+static int64_t get_int(const PGresult *r, int row, int col)
+{
+    const unsigned char *p = (const unsigned char *)PQgetvalue(r, row, col);
+    int n = PQgetlength(r, row, col);
+    uint64_t u = 0;
+    for (int i = 0; i < n; i++)
+        u = u << 8 | p[i];
+    if (n == 4)
+        return (int32_t)u;
+    return (int64_t)u;
+}
+
+/* Writes why into p->errmsg, on one line, without the password. */
+__attribute__((format(printf, 2, 3))) static void set_error(struct pgstore *p,
+                                                            const char *fmt,
+                                                            ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->errmsg, sizeof(p->errmsg), fmt, ap);
+    va_end(ap);
+    size_t n = strlen(p->errmsg);
+    while (n > 0 && (p->errmsg[n - 1] == '\n' || p->errmsg[n - 1] == ' '))
+        p->errmsg[--n] = '\0';
+    for (char *c = p->errmsg; *c != '\0'; c++)
+        if (*c == '\n' || *c == '\t')
+            *c = ' ';
+    if (p->password != NULL && p->password[0] != '\0') {
+        char *hit;
+        size_t pn = strlen(p->password);
+        while ((hit = strstr(p->errmsg, p->password)) != NULL) {
+            memset(hit, '*', pn > 3 ? 3 : pn);
+            memmove(hit + 3, hit + pn, strlen(hit + pn) + 1);
+        }
+    }
+}
+
+/* The connection is lost or in an unknown state: close it. */
+static int down(struct pgstore *p, const char *what)
+{
+    if (p->conn != NULL) {
+        set_error(p, "%s: %s", what, PQerrorMessage(p->conn));
+        PQfinish(p->conn);
+        p->conn = NULL;
+    } else {
+        set_error(p, "%s: not connected", what);
+    }
+    return PGSTORE_EDOWN;
+}
+
+static int64_t mono_ms(void)
+{
+    return nanotime_mono() / 1000000;
+}
+
+/* Waits until the socket is ready for events or the deadline passes. */
+static int wait_socket(struct pgstore *p, short events, int64_t deadline_ms)
+{
+    int64_t left = deadline_ms - mono_ms();
+    if (left <= 0)
+        return -1;
+    struct pollfd pfd = {PQsocket(p->conn), events, 0};
+    int rc;
+    do
+        rc = poll(&pfd, 1, (int)left);
+    while (rc < 0 && errno == EINTR);
+    return rc > 0 ? 0 : -1;
+}
+
+static bool send_query(struct pgstore *p, enum stmt s, const struct params *q)
+{
+    char name[8];
+    snprintf(name, sizeof(name), "s%d", (int)s);
+    return PQsendQueryPrepared(p->conn, name, q != NULL ? q->n : 0,
+                               q != NULL ? q->v : NULL,
+                               q != NULL ? q->len : NULL,
+                               q != NULL ? q->fmt : NULL, 1) == 1;
+}
+
+static bool send_sql(struct pgstore *p, const char *sql)
+{
+    return PQsendQueryParams(p->conn, sql, 0, NULL, NULL, NULL, NULL, 1) ==
+           1;
+}
+
+static void clear_results(struct pgstore *p, size_t nq)
+{
+    for (size_t i = 0; i < nq; i++) {
+        PQclear(p->res[i]);
+        p->res[i] = NULL;
+    }
+}
+
+/* The next result, waiting for it until the deadline; NULL with *lost
+ * set when the connection broke or the deadline passed. */
+static PGresult *next_result(struct pgstore *p, int64_t deadline_ms,
+                             bool *lost)
+{
+    while (PQisBusy(p->conn)) {
+        if (wait_socket(p, POLLIN, deadline_ms) != 0 ||
+            !PQconsumeInput(p->conn)) {
+            *lost = true;
+            return NULL;
+        }
+    }
+    return PQgetResult(p->conn);
+}
+
+/* Ends the nq queries sent with a sync, sends them, and reads the result
+ * of each into p->res[0..nq), then the sync's, all within the timeout.
+ * PGSTORE_OK: every result is there (each may still be an error); the
+ * caller clears them. */
+static int round_trip(struct pgstore *p, size_t nq, const char *what)
+{
+    int64_t deadline = mono_ms() + p->o.timeout_ms;
+    if (!PQpipelineSync(p->conn))
+        return down(p, what);
+    int f;
+    while ((f = PQflush(p->conn)) == 1) {
+        if (wait_socket(p, POLLOUT | POLLIN, deadline) != 0 ||
+            !PQconsumeInput(p->conn))
+            return down(p, what);
+    }
+    if (f < 0)
+        return down(p, what);
+    bool lost = false;
+    for (size_t i = 0; i < nq; i++) {
+        PGresult *r;
+        while ((r = next_result(p, deadline, &lost)) != NULL) {
+            if (p->res[i] == NULL)
+                p->res[i] = r;
+            else
+                PQclear(r);
+        }
+        if (lost)
+            break;
+    }
+    PGresult *sync = lost ? NULL : next_result(p, deadline, &lost);
+    bool synced = sync != NULL && PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
+    PQclear(sync);
+    if (lost || !synced) {
+        clear_results(p, nq);
+        if (lost && mono_ms() >= deadline) {
+            PQfinish(p->conn);
+            p->conn = NULL;
+            set_error(p, "%s: no answer within %d ms", what,
+                      p->o.timeout_ms);
+            return PGSTORE_EDOWN;
+        }
+        return down(p, what);
+    }
+    return PGSTORE_OK;
+}
+
+/* Makes room for nq results. */
+static int reserve(struct pgstore *p, size_t nq)
+{
+    if (nq <= p->res_cap)
+        return PGSTORE_OK;
+    PGresult **res = calloc(nq, sizeof(*res));
+    size_t *order = calloc(nq, sizeof(*order));
+    if (res == NULL || order == NULL) {
+        free(res);
+        free(order);
+        set_error(p, "out of memory");
+        return PGSTORE_ENOMEM;
+    }
+    free(p->res);
+    free(p->order);
+    p->res = res;
+    p->order = order;
+    p->res_cap = nq;
+    return PGSTORE_OK;
+}
+
+/* The first error among results[0..nq), in p->errmsg; PGSTORE_OK if none.
+ * A failed transaction is rolled back. */
+static int check_results(struct pgstore *p, size_t nq, const char *what)
+{
+    bool failed = false;
+    for (size_t i = 0; i < nq; i++) {
+        ExecStatusType st = PQresultStatus(p->res[i]);
+        if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+            continue;
+        const char *why =
+            PQresultErrorField(p->res[i], PG_DIAG_MESSAGE_PRIMARY);
+        set_error(p, "%s: %s", what,
+                  why != NULL ? why : PQresultErrorMessage(p->res[i]));
+        failed = true;
+        break;
+    }
+    if (!failed)
+        return PGSTORE_OK;
+    if (PQtransactionStatus(p->conn) != PQTRANS_IDLE) {
+        char keep[sizeof(p->errmsg)];
+        memcpy(keep, p->errmsg, sizeof(keep));
+        clear_results(p, nq);
+        if (!send_query(p, S_ROLLBACK, NULL) ||
+            round_trip(p, 1, "rolling back") != PGSTORE_OK)
+            return PGSTORE_EDOWN;
+        clear_results(p, 1);
+        memcpy(p->errmsg, keep, sizeof(keep));
+    }
+    return PGSTORE_EFAIL;
+}
+
+/* Runs the nq queries the caller sent; on success their results are in
+ * p->res and the caller clears them. */
+static int finish(struct pgstore *p, size_t nq, const char *what)
+{
+    int err = round_trip(p, nq, what);
+    if (err == PGSTORE_OK && (err = check_results(p, nq, what)) != PGSTORE_OK)
+        clear_results(p, nq);
+    return err;
+}
+
+/* One statement of SQL with no parameters and no result wanted. */
+static int exec_sql(struct pgstore *p, const char *sql, const char *what)
+{
+    if (!send_sql(p, sql))
+        return down(p, what);
+    int err = finish(p, 1, what);
+    clear_results(p, err == PGSTORE_OK ? 1 : 0);
+    return err;
+}
+
+/* Reads one bigint meta value into *value (absent: *found false). */
+static int get_meta(struct pgstore *p, const char *key, int64_t *value,
+                    bool *found)
+{
+    const char *v[1] = {key};
+    if (PQsendQueryParams(p->conn,
+                          "SELECT value FROM leased_meta WHERE key = $1",
+                          1, NULL, v, NULL, NULL, 1) != 1)
+        return down(p, "reading the schema");
+    int err = finish(p, 1, "reading the schema");
+    if (err != PGSTORE_OK)
+        return err;
+    *found = PQntuples(p->res[0]) == 1;
+    *value = *found ? get_int(p->res[0], 0, 0) : 0;
+    clear_results(p, 1);
+    return PGSTORE_OK;
+}
+
+/* An error in one of the long transactions (the schema's, an import's):
+ * roll it back, keep the reason. */
+static int txn_failed(struct pgstore *p, int err)
+{
+    if (err == PGSTORE_EDOWN || p->conn == NULL)
+        return err;
+    if (PQtransactionStatus(p->conn) != PQTRANS_IDLE) {
+        char keep[sizeof(p->errmsg)];
+        memcpy(keep, p->errmsg, sizeof(keep));
+        exec_sql(p, "ROLLBACK", "rolling back");
+        memcpy(p->errmsg, keep, sizeof(keep));
+    }
+    /* Permission and definition errors will not go away by retrying. */
+    return err == PGSTORE_EFAIL ? PGSTORE_ECONFIG : err;
+}
+
+/* Creates the schema if missing, checks version and TTL, and compares
+ * the primary with the last one seen, in one transaction that holds the
+ * schema lock: replicas starting at once do it one after the other. */
+static int setup(struct pgstore *p, struct pgstore_primary *primary)
+{
+    char sql[1024];
+    int err = exec_sql(p, "BEGIN", "starting the schema transaction");
+    if (err == PGSTORE_OK)
+        err = exec_sql(p, "SELECT pg_advisory_xact_lock(1818583411, 1)",
+                       "locking the schema");
+    if (err == PGSTORE_OK)
+        err = exec_sql(p,
+                       "CREATE TABLE IF NOT EXISTS leased_meta ("
+                       "key text PRIMARY KEY, value bigint NOT NULL)",
+                       "creating the schema");
+    int64_t version = 0;
+    bool found = false;
+    if (err == PGSTORE_OK)
+        err = get_meta(p, "schema_version", &version, &found);
+    if (err == PGSTORE_OK && !found) {
+        for (size_t i = 0;
+             err == PGSTORE_OK && i < sizeof(schema_sql) / sizeof(*schema_sql);
+             i++)
+            err = exec_sql(p, schema_sql[i], "creating the schema");
+        snprintf(sql, sizeof(sql),
+                 "INSERT INTO leased_meta VALUES ('schema_version', %d), "
+                 "('ttl_ns', %lld), ('token_floor', 0), ('generation', 0), "
+                 "('quarantine_end_ns', 0), ('primary_started_us', "
+                 "(extract(epoch FROM pg_postmaster_start_time()) * 1000000)"
+                 "::bigint)",
+                 SCHEMA_VERSION, (long long)p->o.ttl_ns);
+        if (err == PGSTORE_OK)
+            err = exec_sql(p, sql, "creating the schema");
+        version = SCHEMA_VERSION;
+    }
+    if (err != PGSTORE_OK)
+        return txn_failed(p, err);
+    if (version > SCHEMA_VERSION) {
+        set_error(p,
+                  "the database's schema is version %lld, from a newer "
+                  "leased (this one knows version %d): upgrade leased",
+                  (long long)version, SCHEMA_VERSION);
+        return txn_failed(p, PGSTORE_EFAIL);
+    }
+    int64_t ttl_ns = 0;
+    err = get_meta(p, "ttl_ns", &ttl_ns, &found);
+    if (err != PGSTORE_OK)
+        return txn_failed(p, err);
+    if (ttl_ns != p->o.ttl_ns) {
+        set_error(p,
+                  "the database's leases use --ttl %lldms, this replica "
+                  "%lldms: every replica must use the same TTL (see "
+                  "docs/ha.md)",
+                  (long long)(ttl_ns / 1000000),
+                  (long long)(p->o.ttl_ns / 1000000));
+        return txn_failed(p, PGSTORE_EFAIL);
+    }
+    /* A different server than the last one seen: quarantine what was
+     * held (see the top of this file), measured on this server's clock
+     * and stored for every replica to honour. */
+    snprintf(sql, sizeof(sql),
+             "WITH now AS (SELECT (extract(epoch FROM "
+             "pg_postmaster_start_time()) * 1000000)::bigint AS started), "
+             "seen AS (UPDATE leased_meta SET value = now.started FROM now "
+             "WHERE key = 'primary_started_us' AND value <> now.started "
+             "RETURNING 1), "
+             "gen AS (UPDATE leased_meta SET value = value + 1 "
+             "WHERE key = 'generation' AND EXISTS (SELECT 1 FROM seen) "
+             "RETURNING 1), "
+             "q AS (UPDATE leased_meta SET value = greatest(value, "
+             "leased_now() + %lld) WHERE key = 'quarantine_end_ns' AND "
+             "EXISTS (SELECT 1 FROM seen) RETURNING 1) "
+             "SELECT (SELECT count(*) FROM seen) + (SELECT count(*) FROM gen)"
+             " + (SELECT count(*) FROM q), greatest(leased_meta_value("
+             "'quarantine_end_ns') - leased_now(), 0)",
+             /* A negative control of the failover test: none. */
+             FAULT_BROKEN("no_failover_quarantine")
+                 ? 0LL
+                 : (long long)(p->o.ttl_ns + p->o.max_skew_ns));
+    if (!send_sql(p, sql))
+        return down(p, "checking the primary");
+    err = finish(p, 1, "checking the primary");
+    if (err != PGSTORE_OK)
+        return txn_failed(p, err);
+    bool changed = get_int(p->res[0], 0, 0) > 0;
+    int64_t remaining = get_int(p->res[0], 0, 1);
+    clear_results(p, 1);
+    err = exec_sql(p, "COMMIT", "committing the schema");
+    if (err != PGSTORE_OK)
+        return txn_failed(p, err);
+    if (primary != NULL) {
+        primary->changed = changed;
+        /* What the last statement read of its own snapshot: the new
+         * value when it set one. */
+        primary->quarantine_remaining_ns =
+            changed ? p->o.ttl_ns + p->o.max_skew_ns : remaining;
+    }
+    return PGSTORE_OK;
+}
+
+static int prepare_all(struct pgstore *p)
+{
+    for (int s = 0; s < S_COUNT; s++) {
+        char name[8];
+        snprintf(name, sizeof(name), "s%d", s);
+        if (PQsendPrepare(p->conn, name, stmt_sql[s], 0, NULL) != 1)
+            return down(p, "preparing statements");
+    }
+    int err = finish(p, S_COUNT, "preparing statements");
+    if (err == PGSTORE_OK)
+        clear_results(p, S_COUNT);
+    return err;
+}
+
+int pgstore_connect(struct pgstore *p, struct pgstore_primary *primary)
+{
+    if (p->conn != NULL)
+        PQfinish(p->conn);
+    char timeout_s[16], user_timeout[16];
+    int s = (p->o.timeout_ms + 999) / 1000;
+    snprintf(timeout_s, sizeof(timeout_s), "%d",
+             s < CONNECT_TIMEOUT_S_MIN ? CONNECT_TIMEOUT_S_MIN : s);
+    snprintf(user_timeout, sizeof(user_timeout), "%d", p->o.timeout_ms);
+    /* Defaults first: what the conninfo (expanded from "dbname") says
+     * overrides them. */
+    const char *keys[] = {"connect_timeout", "target_session_attrs",
+                          "application_name", "keepalives_idle",
+                          "keepalives_interval", "keepalives_count",
+                          "tcp_user_timeout", "dbname", NULL};
+    const char *vals[] = {timeout_s, "read-write", "leased", "5", "2", "3",
+                          user_timeout, p->o.conninfo, NULL};
+    p->conn = PQconnectdbParams(keys, vals, 1);
+    if (p->conn == NULL) {
+        set_error(p, "out of memory");
+        return PGSTORE_ENOMEM;
+    }
+    if (PQstatus(p->conn) != CONNECTION_OK)
+        return down(p, "connecting");
+    PQsetNoticeReceiver(p->conn, on_notice, p);
+    if (PQsetnonblocking(p->conn, 1) != 0 || PQenterPipelineMode(p->conn) != 1)
+        return down(p, "connecting");
+    /* Not statement_timeout: it would cut a COMMIT's wait for a
+     * synchronous standby short and report success all the same. A lock
+     * held too long fails the batch instead of our deadline closing the
+     * connection. */
+    char sql[64];
+    snprintf(sql, sizeof(sql), "SET lock_timeout = %d",
+             p->o.timeout_ms * 3 / 4);
+    int err = exec_sql(p, sql, "setting the lock timeout");
+    if (err == PGSTORE_OK)
+        err = setup(p, primary);
+    if (err == PGSTORE_OK)
+        err = prepare_all(p);
+    if (err != PGSTORE_OK && p->conn != NULL) {
+        PQfinish(p->conn);
+        p->conn = NULL;
+    }
+    return err;
+}
+
+/* The password the conninfo gives, if any, to keep out of messages. */
+static char *password_of(PQconninfoOption *opts)
+{
+    for (PQconninfoOption *o = opts; o != NULL && o->keyword != NULL; o++)
+        if (strcmp(o->keyword, "password") == 0 && o->val != NULL)
+            return strdup(o->val);
+    return NULL;
+}
+
+int pgstore_open(const struct pgstore_options *o, struct pgstore **out,
+                 char *errmsg, size_t len)
+{
+    *out = NULL;
+    char *why = NULL;
+    PQconninfoOption *opts = PQconninfoParse(o->conninfo, &why);
+    if (opts == NULL) {
+        int rc = errmsg_fail(PGSTORE_ECONFIG, errmsg, len,
+                             "not a libpq connection string: %s",
+                             why != NULL ? why : "out of memory");
+        size_t n = strlen(errmsg);
+        while (n > 0 && errmsg[n - 1] == '\n')
+            errmsg[--n] = '\0';
+        PQfreemem(why);
+        return rc;
+    }
+    struct pgstore *p = calloc(1, sizeof(*p));
+    if (p == NULL) {
+        PQconninfoFree(opts);
+        return errmsg_fail(PGSTORE_ENOMEM, errmsg, len, "out of memory");
+    }
+    p->o = *o;
+    p->password = password_of(opts);
+    PQconninfoFree(opts);
+    int err = reserve(p, S_COUNT);
+    if (err == PGSTORE_OK)
+        err = pgstore_connect(p, NULL);
+    if (err != PGSTORE_OK) {
+        snprintf(errmsg, len, "%s", p->errmsg);
+        pgstore_close(p);
+        return err;
+    }
+    *out = p;
+    return PGSTORE_OK;
+}
+
+bool pgstore_connected(const struct pgstore *p)
+{
+    return p->conn != NULL;
+}
+
+void pgstore_close(struct pgstore *p)
+{
+    if (p == NULL)
+        return;
+    if (p->conn != NULL)
+        PQfinish(p->conn);
+    if (p->res != NULL)
+        clear_results(p, p->res_cap);
+    free(p->res);
+    free(p->order);
+    free(p->password);
+    free(p);
+}
+
+/* Session order (bytewise, shorter first on a tie, as bytea sorts), then
+ * arrival order: a stable sort by session. */
+static int by_session(const void *a, const void *b, void *arg)
+{
+    const struct pgstore_call *calls = arg;
+    const struct pgstore_call *x = &calls[*(const size_t *)a];
+    const struct pgstore_call *y = &calls[*(const size_t *)b];
+    size_t n = x->session_len < y->session_len ? x->session_len
+                                                : y->session_len;
+    int c = memcmp(x->session, y->session, n);
+    if (c == 0 && x->session_len != y->session_len)
+        c = x->session_len < y->session_len ? -1 : 1;
+    if (c == 0)
+        c = *(const size_t *)a < *(const size_t *)b ? -1 : 1;
+    return c;
+}
+
+static bool send_call(struct pgstore *p, const struct pgstore_call *c)
+{
+    struct params q = {0};
+    add_bytes(&q, c->session, c->session_len);
+    add_bytes(&q, c->owner, c->owner_len);
+    switch (c->op) {
+    case RULES_ACQUIRE:
+        add_int(&q, p->o.ttl_ns, 8);
+        return send_query(p, S_ACQUIRE, &q);
+    case RULES_RENEW:
+        add_int(&q, (int64_t)c->token, 8);
+        add_int(&q, p->o.ttl_ns, 8);
+        return send_query(p, S_RENEW, &q);
+    case RULES_RELEASE:
+        add_int(&q, (int64_t)c->token, 8);
+        return send_query(p, S_RELEASE, &q);
+    }
+    abort(); /* not an op: never guess one */
+}
+
+int pgstore_decide(struct pgstore *p, struct pgstore_call *calls, size_t n,
+                   int64_t *db_now_ns)
+{
+    if (p->conn == NULL)
+        return down(p, "deciding");
+    int err = reserve(p, n + 3);
+    if (err != PGSTORE_OK)
+        return err;
+    /* Not sent: a token no row can have (the database's are below 2^63)
+     * decides here as one nobody holds. */
+    for (size_t i = 0; i < n; i++) {
+        p->order[i] = i;
+        calls[i].code = -1;
+        if (calls[i].op != RULES_ACQUIRE && calls[i].token > INT64_MAX)
+            calls[i].code =
+                calls[i].op == RULES_RENEW ? RULES_LOST : RULES_NOOP;
+    }
+    qsort_r(p->order, n, sizeof(*p->order), by_session, calls);
+    size_t nq = 0;
+    bool sent = send_query(p, S_BEGIN, NULL) && send_query(p, S_LOCK, NULL);
+    nq = 2;
+    for (size_t i = 0; sent && i < n; i++) {
+        struct pgstore_call *c = &calls[p->order[i]];
+        if (c->code != -1)
+            continue;
+        sent = send_call(p, c);
+        nq++;
+    }
+    sent = sent && send_query(p, S_COMMIT, NULL);
+    nq++;
+    if (!sent)
+        return down(p, "sending a batch");
+    p->warned = false;
+    if ((err = finish(p, nq, "deciding")) != PGSTORE_OK)
+        return err;
+    if (p->warned) {
+        clear_results(p, nq);
+        PQfinish(p->conn);
+        p->conn = NULL;
+        set_error(p, "deciding: a warning came with the commit (a "
+                     "cancelled wait for a synchronous standby?): its "
+                     "outcome is unknown");
+        return PGSTORE_EDOWN;
+    }
+    *db_now_ns = get_int(p->res[1], 0, 0);
+    size_t r = 2;
+    for (size_t i = 0; i < n; i++) {
+        struct pgstore_call *c = &calls[p->order[i]];
+        c->granted = 0;
+        c->expiry_ns = 0;
+        c->flags = 0;
+        if (c->code != -1)
+            continue;
+        const PGresult *res = p->res[r++];
+        c->code = (int)get_int(res, 0, 0);
+        if (c->code == RULES_OK) {
+            c->granted = (uint64_t)get_int(res, 0, 1);
+            c->expiry_ns = get_int(res, 0, 2);
+        }
+        c->flags = (unsigned)get_int(res, 0, 3);
+    }
+    clear_results(p, nq);
+    return PGSTORE_OK;
+}
+
+int pgstore_get(struct pgstore *p, const char *session, size_t session_len,
+                struct lease_row *row, bool *live, bool *found)
+{
+    if (p->conn == NULL)
+        return down(p, "reading a lease");
+    struct params q = {0};
+    add_bytes(&q, session, session_len);
+    if (!send_query(p, S_GET, &q))
+        return down(p, "reading a lease");
+    int err = finish(p, 1, "reading a lease");
+    if (err != PGSTORE_OK)
+        return err;
+    const PGresult *r = p->res[0];
+    *found = PQntuples(r) == 1 && PQgetlength(r, 0, 0) > 0;
+    if (*found) {
+        size_t n = (size_t)PQgetlength(r, 0, 0);
+        if (n > sizeof(p->owner))
+            n = sizeof(p->owner);
+        memcpy(p->owner, PQgetvalue(r, 0, 0), n);
+        *row = (struct lease_row){session, session_len, p->owner, n,
+                                  (uint64_t)get_int(r, 0, 1),
+                                  get_int(r, 0, 2)};
+        *live = PQgetvalue(r, 0, 3)[0] != 0;
+    }
+    clear_results(p, 1);
+    return PGSTORE_OK;
+}
+
+/* The first byte string above every one that starts with prefix, into
+ * end (*end_len bytes); false when there is none (all 0xff, or empty). */
+static bool prefix_end(const char *prefix, size_t len, char *end,
+                       size_t *end_len)
+{
+    while (len > 0 && (unsigned char)prefix[len - 1] == 0xff)
+        len--;
+    if (len == 0)
+        return false;
+    memcpy(end, prefix, len);
+    end[len - 1] = (char)((unsigned char)end[len - 1] + 1);
+    *end_len = len;
+    return true;
+}
+
+int pgstore_list(struct pgstore *p, const char *prefix, size_t prefix_len,
+                 const char *after, size_t after_len, size_t limit,
+                 int (*row_cb)(void *arg, const struct lease_row *row,
+                               bool live),
+                 void *arg)
+{
+    char end[ENGINE_SESSION_MAX];
+    size_t end_len = 0;
+    if (p->conn == NULL)
+        return down(p, "listing");
+    struct params q = {0};
+    add_bytes(&q, after, after_len);
+    add_bytes(&q, prefix, prefix_len);
+    if (prefix_len <= sizeof(end) &&
+        prefix_end(prefix, prefix_len, end, &end_len))
+        add_bytes(&q, end, end_len);
+    else
+        add_null(&q);
+    add_int(&q, (int64_t)limit, 8);
+    if (!send_query(p, S_LIST, &q))
+        return down(p, "listing");
+    int err = finish(p, 1, "listing");
+    if (err != PGSTORE_OK)
+        return err;
+    const PGresult *r = p->res[0];
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
+        struct lease_row row = {
+            PQgetvalue(r, i, 0), (size_t)PQgetlength(r, i, 0),
+            PQgetvalue(r, i, 1), (size_t)PQgetlength(r, i, 1),
+            (uint64_t)get_int(r, i, 2), get_int(r, i, 3)};
+        rc = row_cb(arg, &row, PQgetvalue(r, i, 4)[0] != 0);
+    }
+    clear_results(p, 1);
+    return rc;
+}
+
+int pgstore_stats(struct pgstore *p, struct pgstore_stats *st)
+{
+    if (p->conn == NULL)
+        return down(p, "counting leases");
+    if (!send_query(p, S_STATS, NULL))
+        return down(p, "counting leases");
+    int err = finish(p, 1, "counting leases");
+    if (err != PGSTORE_OK)
+        return err;
+    const PGresult *r = p->res[0];
+    st->live = (uint64_t)get_int(r, 0, 0);
+    st->entries = (uint64_t)get_int(r, 0, 1);
+    st->high_water = (uint64_t)get_int(r, 0, 2);
+    st->quarantine_remaining_ns = get_int(r, 0, 3);
+    clear_results(p, 1);
+    return PGSTORE_OK;
+}
+
+int pgstore_collect(struct pgstore *p, size_t max, size_t *collected,
+                    size_t *expired)
+{
+    *collected = *expired = 0;
+    if (p->conn == NULL)
+        return down(p, "collecting");
+    struct params q = {0};
+    add_int(&q, p->o.ttl_ns, 8);
+    add_int(&q, (int64_t)max, 4);
+    if (!send_query(p, S_COLLECT, &q))
+        return down(p, "collecting");
+    int err = finish(p, 1, "collecting");
+    if (err != PGSTORE_OK)
+        return err;
+    *collected = (size_t)get_int(p->res[0], 0, 0);
+    *expired = (size_t)get_int(p->res[0], 0, 1);
+    clear_results(p, 1);
+    return PGSTORE_OK;
+}
+
+#define IMPORT_CHUNK 1000 /* rows per round trip */
+
+int pgstore_import(struct pgstore *p, const struct lease_row *rows, size_t n,
+                   uint64_t floor, int64_t quarantine_ns)
+{
+    if (p->conn == NULL)
+        return down(p, "importing");
+    int64_t held = 0;
+    bool found;
+    int err = exec_sql(p, "BEGIN", "importing");
+    if (err == PGSTORE_OK)
+        err = exec_sql(p, "LOCK leased_leases IN EXCLUSIVE MODE",
+                       "importing");
+    if (err == PGSTORE_OK) {
+        if (!send_sql(p, "SELECT count(*) FROM leased_leases"))
+            return down(p, "importing");
+        if ((err = finish(p, 1, "importing")) == PGSTORE_OK) {
+            held = get_int(p->res[0], 0, 0);
+            clear_results(p, 1);
+        }
+    }
+    if (err == PGSTORE_OK && held > 0) {
+        set_error(p, "the database already holds %lld leases: import "
+                     "into one that holds none", (long long)held);
+        return txn_failed(p, PGSTORE_EFAIL);
+    }
+    /* The rows keep the generation before the quarantine, so that it
+     * covers them. */
+    int64_t generation = 0;
+    if (err == PGSTORE_OK)
+        err = get_meta(p, "generation", &generation, &found);
+    if (err == PGSTORE_OK && (err = reserve(p, IMPORT_CHUNK)) != PGSTORE_OK)
+        return txn_failed(p, err);
+    for (size_t done = 0; err == PGSTORE_OK && done < n;) {
+        size_t k = n - done < IMPORT_CHUNK ? n - done : IMPORT_CHUNK;
+        for (size_t i = 0; i < k; i++) {
+            const struct lease_row *r = &rows[done + i];
+            struct params q = {0};
+            add_bytes(&q, r->session, r->session_len);
+            add_bytes(&q, r->owner, r->owner_len);
+            add_int(&q, (int64_t)r->token, 8);
+            add_int(&q, r->expiry_ns, 8);
+            add_int(&q, generation, 8);
+            if (PQsendQueryParams(p->conn,
+                                  "INSERT INTO leased_leases VALUES ($1::bytea,"
+                                  " $2::bytea, $3::bigint, $4::bigint, "
+                                  "$5::bigint)",
+                                  q.n, NULL, q.v, q.len, q.fmt, 1) != 1)
+                return down(p, "importing");
+        }
+        if ((err = finish(p, k, "importing")) == PGSTORE_OK)
+            clear_results(p, k);
+        done += k;
+    }
+    char sql[512];
+    snprintf(sql, sizeof(sql),
+             "UPDATE leased_meta SET value = CASE key "
+             "WHEN 'token_floor' THEN greatest(value, %lld) "
+             "WHEN 'generation' THEN value + 1 "
+             "ELSE greatest(value, leased_now() + %lld) END "
+             "WHERE key IN ('token_floor', 'generation', "
+             "'quarantine_end_ns')",
+             (long long)floor, (long long)quarantine_ns);
+    if (err == PGSTORE_OK)
+        err = exec_sql(p, sql, "importing");
+    if (err == PGSTORE_OK)
+        err = exec_sql(p, "COMMIT", "importing");
+    return err == PGSTORE_OK ? err : txn_failed(p, err);
+}
+
+const char *pgstore_errmsg(const struct pgstore *p)
+{
+    return p->errmsg;
+}

@@ -1,0 +1,150 @@
+/*
+ * The PostgreSQL store: the database of leased's shared mode, where any
+ * number of leased replicas share one database and the database decides.
+ *
+ * Unlike the SQLite store (store.h), this one does not persist what an
+ * engine in memory decided: the rules of Acquire, Renew and Release run
+ * inside the database, as SQL functions evaluated against the stored row
+ * with the database's clock, so that every replica agrees on who holds
+ * what and until when. The schema and those functions are in postgres.c.
+ *
+ * One connection, used by one thread at a time. Every call blocks for at
+ * most the timeout given at open, and returns PGSTORE_OK or a negative
+ * enum pgstore_err; pgstore_errmsg() says why in one line, never with a
+ * password in it.
+ */
+#ifndef LEASED_POSTGRES_H
+#define LEASED_POSTGRES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "rules.h"
+
+enum pgstore_err {
+    PGSTORE_OK = 0,
+    PGSTORE_EDOWN = -1,   /* no connection, or it broke or timed out (it
+                             is closed then): pgstore_connect() again */
+    PGSTORE_EFAIL = -2,   /* the statement failed; nothing was applied,
+                             and the connection is still good */
+    PGSTORE_ECONFIG = -3, /* this database cannot be used as it is: a
+                             newer schema, another TTL, no permission */
+    PGSTORE_ENOMEM = -4,
+};
+
+struct pgstore_options {
+    const char *conninfo; /* anything libpq takes; borrowed for the
+                             store's life */
+    int64_t ttl_ns;       /* must be the one stored (the first replica
+                             stores its own) */
+    int64_t max_skew_ns;  /* between database hosts' clocks */
+    int timeout_ms;       /* the most one call may take */
+};
+
+struct pgstore;
+
+/* Checks o->conninfo (a clear error for one libpq cannot parse), then
+ * connects as pgstore_connect(). On failure *out is NULL and errmsg (len
+ * bytes) says why; the return value says which kind of failure. */
+int pgstore_open(const struct pgstore_options *o, struct pgstore **out,
+                 char *errmsg, size_t len);
+
+/* What a connection found. */
+struct pgstore_primary {
+    /* The primary is not the one the database last saw (a failover, or
+     * a restart of the database): takeovers of leases that were held
+     * wait until the quarantine stored with it ends. */
+    bool changed;
+    int64_t quarantine_remaining_ns; /* 0 when none */
+};
+
+/* (Re)connects, closing any connection first: creates the schema if the
+ * database has none (once, whatever the number of replicas starting),
+ * checks its version and TTL, and compares the primary with the one the
+ * database last saw (see struct pgstore_primary; may be NULL). */
+int pgstore_connect(struct pgstore *p, struct pgstore_primary *primary);
+
+bool pgstore_connected(const struct pgstore *p);
+
+/* Closes the connection and frees the store. Accepts NULL. */
+void pgstore_close(struct pgstore *p);
+
+enum pgstore_flag {
+    PGSTORE_TAKEOVER = 1, /* a new holder, a new token */
+    PGSTORE_EXPIRED = 2,  /* the takeover replaced a lease held by another
+                             owner (or the same one) that had expired */
+    PGSTORE_RECLAIM = 4,  /* a renewal after expiry; nobody took it over */
+};
+
+/* One lease call and its outcome. Strings are borrowed. */
+struct pgstore_call {
+    enum rules_op op;
+    const char *session;
+    size_t session_len;
+    const char *owner;
+    size_t owner_len;
+    uint64_t token; /* Renew, Release */
+
+    /* Set by pgstore_decide() when it returns PGSTORE_OK: */
+    int code;          /* enum rules_code */
+    uint64_t granted;  /* the lease's token (RULES_OK) */
+    int64_t expiry_ns; /* its expiry on the database's clock */
+    unsigned flags;    /* enum pgstore_flag */
+};
+
+/* Decides calls[0..n) (n >= 1) in one transaction, sent in one round
+ * trip. Calls on one session are decided in their order in calls[];
+ * rows are locked in session order, so that replicas deciding batches
+ * at once never deadlock. PGSTORE_OK means the transaction committed
+ * (durable as the database's settings make it: synchronous_commit);
+ * any error means nothing was applied, or, for PGSTORE_EDOWN, that it
+ * is unknown whether the commit happened. *db_now_ns: the database's
+ * clock during the transaction. */
+int pgstore_decide(struct pgstore *p, struct pgstore_call *calls, size_t n,
+                   int64_t *db_now_ns);
+
+/* Reads one session's lease: *found is false when there is none or it is
+ * released. row's strings are valid until the next call on p. */
+int pgstore_get(struct pgstore *p, const char *session, size_t session_len,
+                struct lease_row *row, bool *live, bool *found);
+
+/* Calls row_cb for up to limit held leases whose session starts with
+ * prefix and sorts after `after` (bytewise), in session order. Strings
+ * are valid during the call only. A non-zero return of row_cb stops the
+ * list and is returned. */
+int pgstore_list(struct pgstore *p, const char *prefix, size_t prefix_len,
+                 const char *after, size_t after_len, size_t limit,
+                 int (*row_cb)(void *arg, const struct lease_row *row,
+                               bool live),
+                 void *arg);
+
+struct pgstore_stats {
+    uint64_t live, entries, high_water;
+    int64_t quarantine_remaining_ns;
+};
+
+int pgstore_stats(struct pgstore *p, struct pgstore_stats *st);
+
+/* Garbage collection: deletes up to max rows that have been expired or
+ * released for longer than a TTL (never one a quarantine covers), and
+ * raises the stored token floor to their tokens. One replica at a time
+ * collects; the others return at once with nothing done. *collected:
+ * rows deleted; *expired: of those, leases still held when they ran out. */
+int pgstore_collect(struct pgstore *p, size_t max, size_t *collected,
+                    size_t *expired);
+
+/* For a move from the SQLite store: writes rows[0..n) as they are
+ * (owner, token, expiry) into a database that holds no lease yet, raises
+ * the token floor to at least floor, and starts a quarantine of
+ * quarantine_ns on the database's clock during which the held ones count
+ * as live (their holders may still be renewing elsewhere), all in one
+ * transaction. PGSTORE_ECONFIG when the database holds leases. */
+int pgstore_import(struct pgstore *p, const struct lease_row *rows, size_t n,
+                   uint64_t floor, int64_t quarantine_ns);
+
+/* The reason of the last error, for logs and replies. */
+const char *pgstore_errmsg(const struct pgstore *p);
+
+#endif
