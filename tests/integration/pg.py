@@ -9,8 +9,10 @@ every role on the socket (psql() uses it) and `leased` over TCP
 add_role() makes the roles that see leased refused or short of rights.
 standby() adds a streaming, by default synchronous, standby.
 
-faketime="+2s" offsets the wall clock (libfaketime; monotonic left real)
-of client backends, walsenders, startup, checkpointer and bgwriter, but
+faketime="+2s" (or the path of a file holding such an offset, read
+again every second, to step the clock while it runs) offsets the wall
+clock (libfaketime; monotonic left real) of client backends, walsenders,
+startup, checkpointer and bgwriter, but
 not of what the postmaster forks from its signal handlers (walreceiver,
 autovacuum, walwriter, background workers): libfaketime gives real time
 inside its wrapper of the postmaster's select(), and they keep that state.
@@ -177,8 +179,13 @@ class Postgres:
             # which postgres could not if root made it. Only the wall
             # clock: FAKETIME_DONT_FAKE_MONOTONIC (DONT_FAKE_MONOTONIC,
             # the older name); children keep the offset (DONT_RESET).
-            cmd = ["env", "LD_PRELOAD=" + FAKETIME,
-                   "FAKETIME=" + self.faketime, "FAKETIME_DONT_RESET=1",
+            # A path: a file holding the offset, read again every second.
+            spec = (["FAKETIME_TIMESTAMP_FILE=" + self.faketime,
+                     "FAKETIME_CACHE_DURATION=1"]
+                    if self.faketime.startswith("/")
+                    else ["FAKETIME=" + self.faketime])
+            cmd = ["env", "LD_PRELOAD=" + FAKETIME] + spec + [
+                   "FAKETIME_DONT_RESET=1",
                    "FAKETIME_DONT_FAKE_MONOTONIC=1",
                    "DONT_FAKE_MONOTONIC=1"] + cmd
         with open(self.logfile, "ab") as log:
