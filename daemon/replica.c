@@ -78,7 +78,7 @@ struct replica {
     /* The job in flight, and what it left. */
     enum job job;
     uv_work_t work;
-    struct request *batch; /* JOB_BATCH: its requests, in order */
+    struct request *batch;      /* JOB_BATCH: its requests, in order */
     struct pgstore_call *calls; /* MAX_BATCH, one per request */
     size_t ncalls;
     struct request *admin; /* JOB_ADMIN */
@@ -238,8 +238,8 @@ static void run_job(uv_work_t *w)
         run_admin(r);
         break;
     case JOB_COLLECT:
-        r->err = pgstore_collect(r->db, COLLECT_MAX, &r->collected,
-                                 &r->expired);
+        r->err =
+            pgstore_collect(r->db, COLLECT_MAX, &r->collected, &r->expired);
         if (r->err == PGSTORE_OK)
             r->err = pgstore_stats(r->db, &r->stats);
         break;
@@ -367,9 +367,8 @@ static void connect_done(struct replica *r)
     if (r->err != PGSTORE_OK) {
         job_failed(r, "connect");
         r->next_connect_ms = mono_ms() + r->backoff_ms;
-        r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS
-                            ? BACKOFF_MAX_MS
-                            : r->backoff_ms * 2;
+        r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
+                                                           : r->backoff_ms * 2;
         return;
     }
     r->have_offset = false; /* another server, maybe another clock */
@@ -435,7 +434,8 @@ static void start(struct replica *r, enum job job)
 static void refuse_all(struct replica *r)
 {
     struct request *req;
-    while ((req = pop(&r->leases)) != NULL || (req = pop(&r->admins)) != NULL) {
+    while ((req = pop(&r->leases)) != NULL ||
+           (req = pop(&r->admins)) != NULL) {
         req->needs_sync = false;
         req->reason[0] = '\0';
         if (req->op == OP_STATS && (req->admin = admin_result_new(0))) {
@@ -465,7 +465,7 @@ static void process(struct replica *r)
         r->admin_turn = false;
         req->status = REPLY_OK;
         req->reason[0] = '\0';
-        req->admin = admin_result_new(req->op == OP_GET ? 1
+        req->admin = admin_result_new(req->op == OP_GET    ? 1
                                       : req->op == OP_LIST ? req->page_size
                                                            : 0);
         if (req->admin == NULL) {

@@ -1,35 +1,6 @@
 /*
  * The PostgreSQL store (see postgres.h): the only file that includes
- * libpq-fe.h.
- *
- * Schema (leased_meta 'schema_version' = 1):
- *   leased_leases(session bytea PRIMARY KEY, owner bytea, token bigint,
- *                 expiry_ns bigint, generation bigint)
- *     owner '' means released; expiry_ns is the database's clock, ns since
- *     the epoch; generation is the primary generation (below) of the
- *     row's last takeover.
- *   leased_meta(key text PRIMARY KEY, value bigint)
- *     'ttl_ns': the TTL every replica must use;
- *     'token_floor': the highest token of every row ever deleted; a new
- *     row starts above it, so collecting rows never lowers a token;
- *     'primary_started_us': the start of the database server the last
- *     connection saw (pg_postmaster_start_time());
- *     'generation': how many times that changed (a failover, a restart);
- *     'quarantine_end_ns': until when a lease held before the last change
- *     counts as live whatever its expiry says (the new primary's clock
- *     may be ahead of the old one's by up to --max-clock-skew, and an
- *     asynchronous standby may have missed the last renewals).
- *
- * The rules (core/rules.h, docs/protocol.md) are stated here a second
- * time, in SQL, as the functions leased_acquire, leased_renew and
- * leased_release: each locks its row (FOR UPDATE), reads the database's
- * clock and decides. The conformance suite holds both to one behaviour.
- *
- * Tokens of new rows come from the floor, which garbage collection
- * raises. So that no batch reads a floor a collection is about to raise,
- * every batch holds a shared advisory lock and a collection an exclusive
- * one; a collection skips rows another transaction has locked, and a
- * batch takes its lock before any row, so the two never deadlock.
+ * libpq-fe.h. The SQL it runs, and what the schema holds, are in pgsql.c.
  *
  * Every round trip goes through pipeline mode with a deadline of our own
  * (a stopped server never answers, and libpq would wait forever); a
@@ -49,187 +20,10 @@
 #include "errmsg.h"
 #include "faultpoint.h"
 #include "nanotime.h"
+#include "pgsql.h"
 
-#define SCHEMA_VERSION 1
-#define LOCK_CLASS 1818583411 /* "leas", the advisory lock namespace */
-#define LOCK_SCHEMA 1
-#define LOCK_FLOOR 2
-#define LOCK_COLLECT 3
 #define MAX_PARAMS 5
 #define CONNECT_TIMEOUT_S_MIN 2 /* libpq's own minimum */
-
-/* Created once, in this order, in one transaction under the schema lock.
- * Each entry is one statement (pipeline mode sends no scripts). */
-static const char *const schema_sql[] = {
-    "CREATE TABLE leased_leases ("
-    " session bytea PRIMARY KEY,"
-    " owner bytea NOT NULL,"
-    " token bigint NOT NULL,"
-    " expiry_ns bigint NOT NULL,"
-    " generation bigint NOT NULL)",
-
-    "CREATE FUNCTION leased_now() RETURNS bigint LANGUAGE sql VOLATILE AS "
-    "$$ SELECT (extract(epoch FROM clock_timestamp()) * 1000000000)"
-    "::bigint $$",
-
-    "CREATE FUNCTION leased_meta_value(k text) RETURNS bigint "
-    "LANGUAGE sql STABLE AS "
-    "$$ SELECT value FROM leased_meta WHERE key = k $$",
-
-    /* Live: held and not expired, or held since before the last change
-     * of primary while its quarantine lasts. */
-    "CREATE FUNCTION leased_live(r leased_leases, now_ns bigint) "
-    "RETURNS boolean LANGUAGE sql STABLE AS $$ SELECT r.owner <> '' AND "
-    "(now_ns < r.expiry_ns OR "
-    " (r.generation < leased_meta_value('generation') AND "
-    "  now_ns < leased_meta_value('quarantine_end_ns'))) $$",
-
-    /* A batch's first statement: the floor lock, and the time. */
-    "CREATE FUNCTION leased_begin() RETURNS bigint LANGUAGE plpgsql AS $$ "
-    "BEGIN PERFORM pg_advisory_xact_lock_shared(1818583411, 2); "
-    "RETURN leased_now(); END $$",
-
-    /* code: 0 granted, 1 held by another owner (enum rules_code).
-     * flags: 1 takeover, 2 it replaced an expired holder. */
-    "CREATE FUNCTION leased_acquire(s bytea, o bytea, ttl bigint, "
-    " OUT code int, OUT tok bigint, OUT exp bigint, OUT flags int) "
-    "LANGUAGE plpgsql AS $$ "
-    "DECLARE r leased_leases; had boolean; now_ns bigint; "
-    "BEGIN "
-    " flags := 0; "
-    " LOOP "
-    "  SELECT * INTO r FROM leased_leases WHERE session = s FOR UPDATE; "
-    "  had := FOUND; "
-    "  now_ns := leased_now(); "
-    "  IF had AND leased_live(r, now_ns) THEN "
-    "   IF r.owner <> o THEN code := 1; RETURN; END IF; "
-    "   exp := greatest(now_ns + ttl, r.expiry_ns + 1); "
-    "   UPDATE leased_leases SET expiry_ns = exp WHERE session = s; "
-    "   code := 0; tok := r.token; RETURN; "
-    "  END IF; "
-    "  code := 0; exp := now_ns + ttl; "
-    "  IF had THEN "
-    "   tok := r.token + 1; "
-    "   flags := CASE WHEN r.owner <> '' THEN 3 ELSE 1 END; "
-    "   UPDATE leased_leases SET owner = o, token = tok, expiry_ns = exp, "
-    "    generation = leased_meta_value('generation') WHERE session = s; "
-    "   RETURN; "
-    "  END IF; "
-    "  tok := leased_meta_value('token_floor') + 1; flags := 1; "
-    "  INSERT INTO leased_leases VALUES "
-    "   (s, o, tok, exp, leased_meta_value('generation')) "
-    "   ON CONFLICT (session) DO NOTHING; "
-    "  IF FOUND THEN RETURN; END IF; "
-    /* Another replica inserted it meanwhile: decide on its row. */
-    " END LOOP; "
-    "END $$",
-
-    /* code: 0 renewed, 2 lost. flags: 4 reclaimed after expiry. */
-    "CREATE FUNCTION leased_renew(s bytea, o bytea, t bigint, ttl bigint, "
-    " OUT code int, OUT tok bigint, OUT exp bigint, OUT flags int) "
-    "LANGUAGE plpgsql AS $$ "
-    "DECLARE r leased_leases; now_ns bigint; "
-    "BEGIN "
-    " flags := 0; "
-    " SELECT * INTO r FROM leased_leases WHERE session = s FOR UPDATE; "
-    " IF NOT FOUND OR r.owner = '' OR r.owner <> o OR r.token <> t THEN "
-    "  code := 2; RETURN; "
-    " END IF; "
-    " now_ns := leased_now(); "
-    " exp := greatest(now_ns + ttl, r.expiry_ns + 1); "
-    " IF r.expiry_ns <= now_ns THEN flags := 4; END IF; "
-    " UPDATE leased_leases SET expiry_ns = exp WHERE session = s; "
-    " code := 0; tok := r.token; "
-    "END $$",
-
-    /* code: 0 released, 3 nothing to release. */
-    "CREATE FUNCTION leased_release(s bytea, o bytea, t bigint, "
-    " OUT code int, OUT tok bigint, OUT exp bigint, OUT flags int) "
-    "LANGUAGE plpgsql AS $$ "
-    "DECLARE r leased_leases; "
-    "BEGIN "
-    " flags := 0; "
-    " SELECT * INTO r FROM leased_leases WHERE session = s FOR UPDATE; "
-    " IF NOT FOUND OR r.owner = '' OR r.owner <> o OR r.token <> t THEN "
-    "  code := 3; RETURN; "
-    " END IF; "
-    " UPDATE leased_leases SET owner = '' WHERE session = s; "
-    " code := 0; tok := r.token; exp := r.expiry_ns; "
-    "END $$",
-
-    /* Rows expired or released for longer than a TTL, not quarantined,
-     * and not locked by a batch; one collector at a time. */
-    "CREATE FUNCTION leased_collect(ttl bigint, lim int, "
-    " OUT collected bigint, OUT expired bigint) "
-    "LANGUAGE plpgsql AS $$ "
-    "DECLARE now_ns bigint := leased_now(); top bigint; "
-    "BEGIN "
-    " collected := 0; expired := 0; "
-    " IF NOT pg_try_advisory_xact_lock(1818583411, 3) OR NOT EXISTS ("
-    "   SELECT 1 FROM leased_leases l WHERE l.expiry_ns < now_ns - ttl "
-    "   AND NOT leased_live(l, now_ns)) THEN RETURN; END IF; "
-    " PERFORM pg_advisory_xact_lock(1818583411, 2); "
-    " now_ns := leased_now(); "
-    " WITH gone AS (DELETE FROM leased_leases WHERE session IN ("
-    "   SELECT session FROM leased_leases l WHERE l.expiry_ns < now_ns - ttl"
-    "   AND NOT leased_live(l, now_ns) LIMIT lim FOR UPDATE SKIP LOCKED) "
-    "  RETURNING token, owner) "
-    " SELECT count(*), count(*) FILTER (WHERE owner <> ''), max(token) "
-    "  INTO collected, expired, top FROM gone; "
-    " IF collected > 0 THEN "
-    "  UPDATE leased_meta SET value = greatest(value, top) "
-    "   WHERE key = 'token_floor'; "
-    " END IF; "
-    "END $$",
-};
-
-enum stmt {
-    S_BEGIN,
-    S_LOCK,
-    S_ACQUIRE,
-    S_RENEW,
-    S_RELEASE,
-    S_COMMIT,
-    S_ROLLBACK,
-    S_GET,
-    S_LIST,
-    S_STATS,
-    S_COLLECT,
-    S_COUNT,
-};
-
-/* Prepared on every connection, named by their index ("s0", "s1"…). */
-static const char *const stmt_sql[S_COUNT] = {
-    [S_BEGIN] = "BEGIN",
-    [S_LOCK] = "SELECT leased_begin()",
-    [S_ACQUIRE] = "SELECT * FROM leased_acquire($1::bytea, $2::bytea, "
-                  "$3::bigint)",
-    [S_RENEW] = "SELECT * FROM leased_renew($1::bytea, $2::bytea, "
-                "$3::bigint, $4::bigint)",
-    [S_RELEASE] = "SELECT * FROM leased_release($1::bytea, $2::bytea, "
-                  "$3::bigint)",
-    [S_COMMIT] = "COMMIT",
-    [S_ROLLBACK] = "ROLLBACK",
-    [S_GET] = "SELECT owner, token, expiry_ns, leased_live(l, leased_now()) "
-              "FROM leased_leases l WHERE session = $1::bytea",
-    /* $3: the end of the prefix's range, or NULL (no end). */
-    [S_LIST] = "SELECT session, owner, token, expiry_ns, "
-               "leased_live(l, n.now_ns) "
-               "FROM leased_leases l, (SELECT leased_now() AS now_ns) n "
-               "WHERE owner <> '' AND session > $1::bytea "
-               "AND session >= $2::bytea "
-               "AND ($3::bytea IS NULL OR session < $3::bytea) "
-               "AND substring(session FROM 1 FOR length($2::bytea)) = $2 "
-               "ORDER BY session LIMIT $4::bigint",
-    [S_STATS] = "SELECT a.live, a.entries, greatest(a.top, "
-                "leased_meta_value('token_floor')), "
-                "greatest(leased_meta_value('quarantine_end_ns') - n.now_ns, "
-                "0) FROM (SELECT leased_now() AS now_ns) n, LATERAL "
-                "(SELECT count(*) FILTER (WHERE leased_live(l, n.now_ns)) "
-                "AS live, count(*) AS entries, coalesce(max(token), 0) AS top "
-                "FROM leased_leases l) a",
-    [S_COLLECT] = "SELECT * FROM leased_collect($1::bigint, $2::int)",
-};
 
 struct pgstore {
     struct pgstore_options o;
@@ -299,9 +93,8 @@ static int64_t get_int(const PGresult *r, int row, int col)
 }
 
 /* Writes why into p->errmsg, on one line, without the password. */
-__attribute__((format(printf, 2, 3))) static void set_error(struct pgstore *p,
-                                                            const char *fmt,
-                                                            ...)
+__attribute__((format(printf, 2, 3))) static void
+set_error(struct pgstore *p, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -355,20 +148,19 @@ static int wait_socket(struct pgstore *p, short events, int64_t deadline_ms)
     return rc > 0 ? 0 : -1;
 }
 
-static bool send_query(struct pgstore *p, enum stmt s, const struct params *q)
+static bool send_query(struct pgstore *p, enum pgsql_stmt s,
+                       const struct params *q)
 {
     char name[8];
     snprintf(name, sizeof(name), "s%d", (int)s);
-    return PQsendQueryPrepared(p->conn, name, q != NULL ? q->n : 0,
-                               q != NULL ? q->v : NULL,
-                               q != NULL ? q->len : NULL,
-                               q != NULL ? q->fmt : NULL, 1) == 1;
+    return PQsendQueryPrepared(
+               p->conn, name, q != NULL ? q->n : 0, q != NULL ? q->v : NULL,
+               q != NULL ? q->len : NULL, q != NULL ? q->fmt : NULL, 1) == 1;
 }
 
 static bool send_sql(struct pgstore *p, const char *sql)
 {
-    return PQsendQueryParams(p->conn, sql, 0, NULL, NULL, NULL, NULL, 1) ==
-           1;
+    return PQsendQueryParams(p->conn, sql, 0, NULL, NULL, NULL, NULL, 1) == 1;
 }
 
 static void clear_results(struct pgstore *p, size_t nq)
@@ -431,8 +223,7 @@ static int round_trip(struct pgstore *p, size_t nq, const char *what)
         if (lost && mono_ms() >= deadline) {
             PQfinish(p->conn);
             p->conn = NULL;
-            set_error(p, "%s: no answer within %d ms", what,
-                      p->o.timeout_ms);
+            set_error(p, "%s: no answer within %d ms", what, p->o.timeout_ms);
             return PGSTORE_EDOWN;
         }
         return down(p, what);
@@ -483,7 +274,7 @@ static int check_results(struct pgstore *p, size_t nq, const char *what)
         char keep[sizeof(p->errmsg)];
         memcpy(keep, p->errmsg, sizeof(keep));
         clear_results(p, nq);
-        if (!send_query(p, S_ROLLBACK, NULL) ||
+        if (!send_query(p, PGSQL_ROLLBACK, NULL) ||
             round_trip(p, 1, "rolling back") != PGSTORE_OK)
             return PGSTORE_EDOWN;
         clear_results(p, 1);
@@ -518,8 +309,8 @@ static int get_meta(struct pgstore *p, const char *key, int64_t *value,
 {
     const char *v[1] = {key};
     if (PQsendQueryParams(p->conn,
-                          "SELECT value FROM leased_meta WHERE key = $1",
-                          1, NULL, v, NULL, NULL, 1) != 1)
+                          "SELECT value FROM leased_meta WHERE key = $1", 1,
+                          NULL, v, NULL, NULL, 1) != 1)
         return down(p, "reading the schema");
     int err = finish(p, 1, "reading the schema");
     if (err != PGSTORE_OK)
@@ -566,28 +357,26 @@ static int setup(struct pgstore *p, struct pgstore_primary *primary)
     if (err == PGSTORE_OK)
         err = get_meta(p, "schema_version", &version, &found);
     if (err == PGSTORE_OK && !found) {
-        for (size_t i = 0;
-             err == PGSTORE_OK && i < sizeof(schema_sql) / sizeof(*schema_sql);
-             i++)
-            err = exec_sql(p, schema_sql[i], "creating the schema");
+        for (size_t i = 0; err == PGSTORE_OK && i < pgsql_schema_count; i++)
+            err = exec_sql(p, pgsql_schema[i], "creating the schema");
         snprintf(sql, sizeof(sql),
                  "INSERT INTO leased_meta VALUES ('schema_version', %d), "
                  "('ttl_ns', %lld), ('token_floor', 0), ('generation', 0), "
                  "('quarantine_end_ns', 0), ('primary_started_us', "
                  "(extract(epoch FROM pg_postmaster_start_time()) * 1000000)"
                  "::bigint)",
-                 SCHEMA_VERSION, (long long)p->o.ttl_ns);
+                 PGSQL_SCHEMA_VERSION, (long long)p->o.ttl_ns);
         if (err == PGSTORE_OK)
             err = exec_sql(p, sql, "creating the schema");
-        version = SCHEMA_VERSION;
+        version = PGSQL_SCHEMA_VERSION;
     }
     if (err != PGSTORE_OK)
         return txn_failed(p, err);
-    if (version > SCHEMA_VERSION) {
+    if (version > PGSQL_SCHEMA_VERSION) {
         set_error(p,
                   "the database's schema is version %lld, from a newer "
                   "leased (this one knows version %d): upgrade leased",
-                  (long long)version, SCHEMA_VERSION);
+                  (long long)version, PGSQL_SCHEMA_VERSION);
         return txn_failed(p, PGSTORE_EFAIL);
     }
     int64_t ttl_ns = 0;
@@ -648,15 +437,15 @@ static int setup(struct pgstore *p, struct pgstore_primary *primary)
 
 static int prepare_all(struct pgstore *p)
 {
-    for (int s = 0; s < S_COUNT; s++) {
+    for (int s = 0; s < PGSQL_COUNT; s++) {
         char name[8];
         snprintf(name, sizeof(name), "s%d", s);
-        if (PQsendPrepare(p->conn, name, stmt_sql[s], 0, NULL) != 1)
+        if (PQsendPrepare(p->conn, name, pgsql_stmt[s], 0, NULL) != 1)
             return down(p, "preparing statements");
     }
-    int err = finish(p, S_COUNT, "preparing statements");
+    int err = finish(p, PGSQL_COUNT, "preparing statements");
     if (err == PGSTORE_OK)
-        clear_results(p, S_COUNT);
+        clear_results(p, PGSQL_COUNT);
     return err;
 }
 
@@ -671,12 +460,17 @@ int pgstore_connect(struct pgstore *p, struct pgstore_primary *primary)
     snprintf(user_timeout, sizeof(user_timeout), "%d", p->o.timeout_ms);
     /* Defaults first: what the conninfo (expanded from "dbname") says
      * overrides them. */
-    const char *keys[] = {"connect_timeout", "target_session_attrs",
-                          "application_name", "keepalives_idle",
-                          "keepalives_interval", "keepalives_count",
-                          "tcp_user_timeout", "dbname", NULL};
-    const char *vals[] = {timeout_s, "read-write", "leased", "5", "2", "3",
-                          user_timeout, p->o.conninfo, NULL};
+    const char *keys[] = {"connect_timeout",
+                          "target_session_attrs",
+                          "application_name",
+                          "keepalives_idle",
+                          "keepalives_interval",
+                          "keepalives_count",
+                          "tcp_user_timeout",
+                          "dbname",
+                          NULL};
+    const char *vals[] = {timeout_s, "read-write", "leased",      "5", "2",
+                          "3",       user_timeout, p->o.conninfo, NULL};
     p->conn = PQconnectdbParams(keys, vals, 1);
     if (p->conn == NULL) {
         set_error(p, "out of memory");
@@ -739,7 +533,7 @@ int pgstore_open(const struct pgstore_options *o, struct pgstore **out,
     p->o = *o;
     p->password = password_of(opts);
     PQconninfoFree(opts);
-    int err = reserve(p, S_COUNT);
+    int err = reserve(p, PGSQL_COUNT);
     if (err == PGSTORE_OK)
         err = pgstore_connect(p, NULL);
     if (err != PGSTORE_OK) {
@@ -777,8 +571,8 @@ static int by_session(const void *a, const void *b, void *arg)
     const struct pgstore_call *calls = arg;
     const struct pgstore_call *x = &calls[*(const size_t *)a];
     const struct pgstore_call *y = &calls[*(const size_t *)b];
-    size_t n = x->session_len < y->session_len ? x->session_len
-                                                : y->session_len;
+    size_t n =
+        x->session_len < y->session_len ? x->session_len : y->session_len;
     int c = memcmp(x->session, y->session, n);
     if (c == 0 && x->session_len != y->session_len)
         c = x->session_len < y->session_len ? -1 : 1;
@@ -795,14 +589,14 @@ static bool send_call(struct pgstore *p, const struct pgstore_call *c)
     switch (c->op) {
     case RULES_ACQUIRE:
         add_int(&q, p->o.ttl_ns, 8);
-        return send_query(p, S_ACQUIRE, &q);
+        return send_query(p, PGSQL_ACQUIRE, &q);
     case RULES_RENEW:
         add_int(&q, (int64_t)c->token, 8);
         add_int(&q, p->o.ttl_ns, 8);
-        return send_query(p, S_RENEW, &q);
+        return send_query(p, PGSQL_RENEW, &q);
     case RULES_RELEASE:
         add_int(&q, (int64_t)c->token, 8);
-        return send_query(p, S_RELEASE, &q);
+        return send_query(p, PGSQL_RELEASE, &q);
     }
     abort(); /* not an op: never guess one */
 }
@@ -826,7 +620,8 @@ int pgstore_decide(struct pgstore *p, struct pgstore_call *calls, size_t n,
     }
     qsort_r(p->order, n, sizeof(*p->order), by_session, calls);
     size_t nq = 0;
-    bool sent = send_query(p, S_BEGIN, NULL) && send_query(p, S_LOCK, NULL);
+    bool sent =
+        send_query(p, PGSQL_BEGIN, NULL) && send_query(p, PGSQL_LOCK, NULL);
     nq = 2;
     for (size_t i = 0; sent && i < n; i++) {
         struct pgstore_call *c = &calls[p->order[i]];
@@ -835,7 +630,7 @@ int pgstore_decide(struct pgstore *p, struct pgstore_call *calls, size_t n,
         sent = send_call(p, c);
         nq++;
     }
-    sent = sent && send_query(p, S_COMMIT, NULL);
+    sent = sent && send_query(p, PGSQL_COMMIT, NULL);
     nq++;
     if (!sent)
         return down(p, "sending a batch");
@@ -879,7 +674,7 @@ int pgstore_get(struct pgstore *p, const char *session, size_t session_len,
         return down(p, "reading a lease");
     struct params q = {0};
     add_bytes(&q, session, session_len);
-    if (!send_query(p, S_GET, &q))
+    if (!send_query(p, PGSQL_GET, &q))
         return down(p, "reading a lease");
     int err = finish(p, 1, "reading a lease");
     if (err != PGSTORE_OK)
@@ -891,7 +686,10 @@ int pgstore_get(struct pgstore *p, const char *session, size_t session_len,
         if (n > sizeof(p->owner))
             n = sizeof(p->owner);
         memcpy(p->owner, PQgetvalue(r, 0, 0), n);
-        *row = (struct lease_row){session, session_len, p->owner, n,
+        *row = (struct lease_row){session,
+                                  session_len,
+                                  p->owner,
+                                  n,
                                   (uint64_t)get_int(r, 0, 1),
                                   get_int(r, 0, 2)};
         *live = PQgetvalue(r, 0, 3)[0] != 0;
@@ -934,7 +732,7 @@ int pgstore_list(struct pgstore *p, const char *prefix, size_t prefix_len,
     else
         add_null(&q);
     add_int(&q, (int64_t)limit, 8);
-    if (!send_query(p, S_LIST, &q))
+    if (!send_query(p, PGSQL_LIST, &q))
         return down(p, "listing");
     int err = finish(p, 1, "listing");
     if (err != PGSTORE_OK)
@@ -943,8 +741,8 @@ int pgstore_list(struct pgstore *p, const char *prefix, size_t prefix_len,
     int rc = 0;
     for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
         struct lease_row row = {
-            PQgetvalue(r, i, 0), (size_t)PQgetlength(r, i, 0),
-            PQgetvalue(r, i, 1), (size_t)PQgetlength(r, i, 1),
+            PQgetvalue(r, i, 0),        (size_t)PQgetlength(r, i, 0),
+            PQgetvalue(r, i, 1),        (size_t)PQgetlength(r, i, 1),
             (uint64_t)get_int(r, i, 2), get_int(r, i, 3)};
         rc = row_cb(arg, &row, PQgetvalue(r, i, 4)[0] != 0);
     }
@@ -956,7 +754,7 @@ int pgstore_stats(struct pgstore *p, struct pgstore_stats *st)
 {
     if (p->conn == NULL)
         return down(p, "counting leases");
-    if (!send_query(p, S_STATS, NULL))
+    if (!send_query(p, PGSQL_STATS, NULL))
         return down(p, "counting leases");
     int err = finish(p, 1, "counting leases");
     if (err != PGSTORE_OK)
@@ -979,7 +777,7 @@ int pgstore_collect(struct pgstore *p, size_t max, size_t *collected,
     struct params q = {0};
     add_int(&q, p->o.ttl_ns, 8);
     add_int(&q, (int64_t)max, 4);
-    if (!send_query(p, S_COLLECT, &q))
+    if (!send_query(p, PGSQL_COLLECT, &q))
         return down(p, "collecting");
     int err = finish(p, 1, "collecting");
     if (err != PGSTORE_OK)
@@ -1001,8 +799,7 @@ int pgstore_import(struct pgstore *p, const struct lease_row *rows, size_t n,
     bool found;
     int err = exec_sql(p, "BEGIN", "importing");
     if (err == PGSTORE_OK)
-        err = exec_sql(p, "LOCK leased_leases IN EXCLUSIVE MODE",
-                       "importing");
+        err = exec_sql(p, "LOCK leased_leases IN EXCLUSIVE MODE", "importing");
     if (err == PGSTORE_OK) {
         if (!send_sql(p, "SELECT count(*) FROM leased_leases"))
             return down(p, "importing");
@@ -1012,8 +809,10 @@ int pgstore_import(struct pgstore *p, const struct lease_row *rows, size_t n,
         }
     }
     if (err == PGSTORE_OK && held > 0) {
-        set_error(p, "the database already holds %lld leases: import "
-                     "into one that holds none", (long long)held);
+        set_error(p,
+                  "the database already holds %lld leases: import "
+                  "into one that holds none",
+                  (long long)held);
         return txn_failed(p, PGSTORE_EFAIL);
     }
     /* The rows keep the generation before the quarantine, so that it
@@ -1033,11 +832,12 @@ int pgstore_import(struct pgstore *p, const struct lease_row *rows, size_t n,
             add_int(&q, (int64_t)r->token, 8);
             add_int(&q, r->expiry_ns, 8);
             add_int(&q, generation, 8);
-            if (PQsendQueryParams(p->conn,
-                                  "INSERT INTO leased_leases VALUES ($1::bytea,"
-                                  " $2::bytea, $3::bigint, $4::bigint, "
-                                  "$5::bigint)",
-                                  q.n, NULL, q.v, q.len, q.fmt, 1) != 1)
+            if (PQsendQueryParams(
+                    p->conn,
+                    "INSERT INTO leased_leases VALUES ($1::bytea,"
+                    " $2::bytea, $3::bigint, $4::bigint, "
+                    "$5::bigint)",
+                    q.n, NULL, q.v, q.len, q.fmt, 1) != 1)
                 return down(p, "importing");
         }
         if ((err = finish(p, k, "importing")) == PGSTORE_OK)

@@ -1,0 +1,195 @@
+/*
+ * The SQL of the PostgreSQL store (see pgsql.h), which postgres.c runs.
+ *
+ * Schema (leased_meta 'schema_version' = 1):
+ *   leased_leases(session bytea PRIMARY KEY, owner bytea, token bigint,
+ *                 expiry_ns bigint, generation bigint)
+ *     owner '' means released; expiry_ns is the database's clock, ns since
+ *     the epoch; generation is the primary generation (below) of the
+ *     row's last takeover.
+ *   leased_meta(key text PRIMARY KEY, value bigint)
+ *     'ttl_ns': the TTL every replica must use;
+ *     'token_floor': the highest token of every row ever deleted; a new
+ *     row starts above it, so collecting rows never lowers a token;
+ *     'primary_started_us': the start of the database server the last
+ *     connection saw (pg_postmaster_start_time());
+ *     'generation': how many times that changed (a failover, a restart);
+ *     'quarantine_end_ns': until when a lease held before the last change
+ *     counts as live whatever its expiry says (the new primary's clock
+ *     may be ahead of the old one's by up to --max-clock-skew, and an
+ *     asynchronous standby may have missed the last renewals).
+ *
+ * The rules (core/rules.h, docs/protocol.md) are stated here a second
+ * time, in SQL, as the functions leased_acquire, leased_renew and
+ * leased_release: each locks its row (FOR UPDATE), reads the database's
+ * clock and decides. The conformance suite holds both to one behaviour.
+ *
+ * Tokens of new rows come from the floor, which garbage collection
+ * raises. So that no batch reads a floor a collection is about to raise,
+ * every batch holds a shared advisory lock and a collection an exclusive
+ * one; a collection skips rows another transaction has locked, and a
+ * batch takes its lock before any row, so the two never deadlock.
+ */
+#include "pgsql.h"
+
+/* Created once, in this order, in one transaction under the schema lock.
+ * Each entry is one statement (pipeline mode sends no scripts). */
+const char *const pgsql_schema[] = {
+    "CREATE TABLE leased_leases ("
+    " session bytea PRIMARY KEY,"
+    " owner bytea NOT NULL,"
+    " token bigint NOT NULL,"
+    " expiry_ns bigint NOT NULL,"
+    " generation bigint NOT NULL)",
+
+    "CREATE FUNCTION leased_now() RETURNS bigint LANGUAGE sql VOLATILE AS "
+    "$$ SELECT (extract(epoch FROM clock_timestamp()) * 1000000000)"
+    "::bigint $$",
+
+    "CREATE FUNCTION leased_meta_value(k text) RETURNS bigint "
+    "LANGUAGE sql STABLE AS "
+    "$$ SELECT value FROM leased_meta WHERE key = k $$",
+
+    /* Live: held and not expired, or held since before the last change
+     * of primary while its quarantine lasts. */
+    "CREATE FUNCTION leased_live(r leased_leases, now_ns bigint) "
+    "RETURNS boolean LANGUAGE sql STABLE AS $$ SELECT r.owner <> '' AND "
+    "(now_ns < r.expiry_ns OR "
+    " (r.generation < leased_meta_value('generation') AND "
+    "  now_ns < leased_meta_value('quarantine_end_ns'))) $$",
+
+    /* A batch's first statement: the floor lock, and the time. */
+    "CREATE FUNCTION leased_begin() RETURNS bigint LANGUAGE plpgsql AS $$ "
+    "BEGIN PERFORM pg_advisory_xact_lock_shared(1818583411, 2); "
+    "RETURN leased_now(); END $$",
+
+    /* code: 0 granted, 1 held by another owner (enum rules_code).
+     * flags: 1 takeover, 2 it replaced an expired holder. */
+    "CREATE FUNCTION leased_acquire(s bytea, o bytea, ttl bigint, "
+    " OUT code int, OUT tok bigint, OUT exp bigint, OUT flags int) "
+    "LANGUAGE plpgsql AS $$ "
+    "DECLARE r leased_leases; had boolean; now_ns bigint; "
+    "BEGIN "
+    " flags := 0; "
+    " LOOP "
+    "  SELECT * INTO r FROM leased_leases WHERE session = s FOR UPDATE; "
+    "  had := FOUND; "
+    "  now_ns := leased_now(); "
+    "  IF had AND leased_live(r, now_ns) THEN "
+    "   IF r.owner <> o THEN code := 1; RETURN; END IF; "
+    "   exp := greatest(now_ns + ttl, r.expiry_ns + 1); "
+    "   UPDATE leased_leases SET expiry_ns = exp WHERE session = s; "
+    "   code := 0; tok := r.token; RETURN; "
+    "  END IF; "
+    "  code := 0; exp := now_ns + ttl; "
+    "  IF had THEN "
+    "   tok := r.token + 1; "
+    "   flags := CASE WHEN r.owner <> '' THEN 3 ELSE 1 END; "
+    "   UPDATE leased_leases SET owner = o, token = tok, expiry_ns = exp, "
+    "    generation = leased_meta_value('generation') WHERE session = s; "
+    "   RETURN; "
+    "  END IF; "
+    "  tok := leased_meta_value('token_floor') + 1; flags := 1; "
+    "  INSERT INTO leased_leases VALUES "
+    "   (s, o, tok, exp, leased_meta_value('generation')) "
+    "   ON CONFLICT (session) DO NOTHING; "
+    "  IF FOUND THEN RETURN; END IF; "
+    /* Another replica inserted it meanwhile: decide on its row. */
+    " END LOOP; "
+    "END $$",
+
+    /* code: 0 renewed, 2 lost. flags: 4 reclaimed after expiry. */
+    "CREATE FUNCTION leased_renew(s bytea, o bytea, t bigint, ttl bigint, "
+    " OUT code int, OUT tok bigint, OUT exp bigint, OUT flags int) "
+    "LANGUAGE plpgsql AS $$ "
+    "DECLARE r leased_leases; now_ns bigint; "
+    "BEGIN "
+    " flags := 0; "
+    " SELECT * INTO r FROM leased_leases WHERE session = s FOR UPDATE; "
+    " IF NOT FOUND OR r.owner = '' OR r.owner <> o OR r.token <> t THEN "
+    "  code := 2; RETURN; "
+    " END IF; "
+    " now_ns := leased_now(); "
+    " exp := greatest(now_ns + ttl, r.expiry_ns + 1); "
+    " IF r.expiry_ns <= now_ns THEN flags := 4; END IF; "
+    " UPDATE leased_leases SET expiry_ns = exp WHERE session = s; "
+    " code := 0; tok := r.token; "
+    "END $$",
+
+    /* code: 0 released, 3 nothing to release. */
+    "CREATE FUNCTION leased_release(s bytea, o bytea, t bigint, "
+    " OUT code int, OUT tok bigint, OUT exp bigint, OUT flags int) "
+    "LANGUAGE plpgsql AS $$ "
+    "DECLARE r leased_leases; "
+    "BEGIN "
+    " flags := 0; "
+    " SELECT * INTO r FROM leased_leases WHERE session = s FOR UPDATE; "
+    " IF NOT FOUND OR r.owner = '' OR r.owner <> o OR r.token <> t THEN "
+    "  code := 3; RETURN; "
+    " END IF; "
+    " UPDATE leased_leases SET owner = '' WHERE session = s; "
+    " code := 0; tok := r.token; exp := r.expiry_ns; "
+    "END $$",
+
+    /* Rows expired or released for longer than a TTL, not quarantined,
+     * and not locked by a batch; one collector at a time. */
+    "CREATE FUNCTION leased_collect(ttl bigint, lim int, "
+    " OUT collected bigint, OUT expired bigint) "
+    "LANGUAGE plpgsql AS $$ "
+    "DECLARE now_ns bigint := leased_now(); top bigint; "
+    "BEGIN "
+    " collected := 0; expired := 0; "
+    " IF NOT pg_try_advisory_xact_lock(1818583411, 3) OR NOT EXISTS ("
+    "   SELECT 1 FROM leased_leases l WHERE l.expiry_ns < now_ns - ttl "
+    "   AND NOT leased_live(l, now_ns)) THEN RETURN; END IF; "
+    " PERFORM pg_advisory_xact_lock(1818583411, 2); "
+    " now_ns := leased_now(); "
+    " WITH gone AS (DELETE FROM leased_leases WHERE session IN ("
+    "   SELECT session FROM leased_leases l WHERE l.expiry_ns < now_ns - ttl"
+    "   AND NOT leased_live(l, now_ns) LIMIT lim FOR UPDATE SKIP LOCKED) "
+    "  RETURNING token, owner) "
+    " SELECT count(*), count(*) FILTER (WHERE owner <> ''), max(token) "
+    "  INTO collected, expired, top FROM gone; "
+    " IF collected > 0 THEN "
+    "  UPDATE leased_meta SET value = greatest(value, top) "
+    "   WHERE key = 'token_floor'; "
+    " END IF; "
+    "END $$",
+};
+
+const size_t pgsql_schema_count = sizeof(pgsql_schema) / sizeof(*pgsql_schema);
+
+/* Prepared on every connection, named by their index ("s0", "s1"…). */
+const char *const pgsql_stmt[PGSQL_COUNT] = {
+    [PGSQL_BEGIN] = "BEGIN",
+    [PGSQL_LOCK] = "SELECT leased_begin()",
+    [PGSQL_ACQUIRE] = "SELECT * FROM leased_acquire($1::bytea, $2::bytea, "
+                      "$3::bigint)",
+    [PGSQL_RENEW] = "SELECT * FROM leased_renew($1::bytea, $2::bytea, "
+                    "$3::bigint, $4::bigint)",
+    [PGSQL_RELEASE] = "SELECT * FROM leased_release($1::bytea, $2::bytea, "
+                      "$3::bigint)",
+    [PGSQL_COMMIT] = "COMMIT",
+    [PGSQL_ROLLBACK] = "ROLLBACK",
+    [PGSQL_GET] =
+        "SELECT owner, token, expiry_ns, leased_live(l, leased_now()) "
+        "FROM leased_leases l WHERE session = $1::bytea",
+    /* $3: the end of the prefix's range, or NULL (no end). */
+    [PGSQL_LIST] = "SELECT session, owner, token, expiry_ns, "
+                   "leased_live(l, n.now_ns) "
+                   "FROM leased_leases l, (SELECT leased_now() AS now_ns) n "
+                   "WHERE owner <> '' AND session > $1::bytea "
+                   "AND session >= $2::bytea "
+                   "AND ($3::bytea IS NULL OR session < $3::bytea) "
+                   "AND substring(session FROM 1 FOR length($2::bytea)) = $2 "
+                   "ORDER BY session LIMIT $4::bigint",
+    [PGSQL_STATS] =
+        "SELECT a.live, a.entries, greatest(a.top, "
+        "leased_meta_value('token_floor')), "
+        "greatest(leased_meta_value('quarantine_end_ns') - n.now_ns, "
+        "0) FROM (SELECT leased_now() AS now_ns) n, LATERAL "
+        "(SELECT count(*) FILTER (WHERE leased_live(l, n.now_ns)) "
+        "AS live, count(*) AS entries, coalesce(max(token), 0) AS top "
+        "FROM leased_leases l) a",
+    [PGSQL_COLLECT] = "SELECT * FROM leased_collect($1::bigint, $2::int)",
+};
