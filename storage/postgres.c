@@ -408,29 +408,29 @@ static int setup(struct pgstore *p, struct pgstore_primary *primary)
              "leased_now() + %lld) WHERE key = 'quarantine_end_ns' AND "
              "EXISTS (SELECT 1 FROM seen) RETURNING 1) "
              "SELECT (SELECT count(*) FROM seen) + (SELECT count(*) FROM gen)"
-             " + (SELECT count(*) FROM q), greatest(leased_meta_value("
-             "'quarantine_end_ns') - leased_now(), 0)",
+             " + (SELECT count(*) FROM q)",
              /* A negative control of the failover test: none. */
              FAULT_BROKEN("no_failover_quarantine")
                  ? 0LL
                  : (long long)(p->o.ttl_ns + p->o.max_skew_ns));
-    if (!send_sql(p, sql))
+    /* Then, in a statement of its own (which sees the update), what is
+     * left of the quarantine stored. */
+    if (!send_sql(p, sql) ||
+        !send_sql(p, "SELECT greatest(leased_meta_value('quarantine_end_ns')"
+                     " - leased_now(), 0)"))
         return down(p, "checking the primary");
-    err = finish(p, 1, "checking the primary");
+    err = finish(p, 2, "checking the primary");
     if (err != PGSTORE_OK)
         return txn_failed(p, err);
     bool changed = get_int(p->res[0], 0, 0) > 0;
-    int64_t remaining = get_int(p->res[0], 0, 1);
-    clear_results(p, 1);
+    int64_t remaining = get_int(p->res[1], 0, 0);
+    clear_results(p, 2);
     err = exec_sql(p, "COMMIT", "committing the schema");
     if (err != PGSTORE_OK)
         return txn_failed(p, err);
     if (primary != NULL) {
         primary->changed = changed;
-        /* What the last statement read of its own snapshot: the new
-         * value when it set one. */
-        primary->quarantine_remaining_ns =
-            changed ? p->o.ttl_ns + p->o.max_skew_ns : remaining;
+        primary->quarantine_remaining_ns = remaining;
     }
     return PGSTORE_OK;
 }
@@ -509,22 +509,61 @@ static char *password_of(PQconninfoOption *opts)
     return NULL;
 }
 
+/* A copy of a URI with the password of its user info (postgresql://
+ * USER:PASSWORD@HOST…) as "***"; anything else as it is. NULL when out of
+ * memory. */
+static char *mask_uri_password(const char *conninfo)
+{
+    const char *body = NULL;
+    if (strncmp(conninfo, "postgresql://", 13) == 0)
+        body = conninfo + 13;
+    else if (strncmp(conninfo, "postgres://", 11) == 0)
+        body = conninfo + 11;
+    size_t authority = body != NULL ? strcspn(body, "/?") : 0;
+    const char *at = body != NULL ? memchr(body, '@', authority) : NULL;
+    const char *colon =
+        at != NULL ? memchr(body, ':', (size_t)(at - body)) : NULL;
+    if (colon == NULL)
+        return strdup(conninfo);
+    size_t n = strlen(conninfo) + 4;
+    char *m = malloc(n);
+    if (m != NULL)
+        snprintf(m, n, "%.*s***%s", (int)(colon + 1 - conninfo), conninfo,
+                 at);
+    return m;
+}
+
+/* Why conninfo does not parse, without its password: libpq quotes a URI
+ * it cannot parse whole, so the reason is that of the masked URI (or,
+ * when that parses, the password itself is what is wrong). */
+static int not_conninfo(const char *conninfo, char *errmsg, size_t len)
+{
+    char *masked = mask_uri_password(conninfo);
+    char *why = NULL;
+    PQconninfoOption *opts =
+        masked != NULL ? PQconninfoParse(masked, &why) : NULL;
+    if (opts != NULL)
+        errmsg_fail(0, errmsg, len, "not a libpq connection string: bad "
+                                    "characters in the URI's password");
+    else
+        errmsg_fail(0, errmsg, len, "not a libpq connection string: %s",
+                    why != NULL ? why : "out of memory");
+    size_t n = strlen(errmsg);
+    while (n > 0 && errmsg[n - 1] == '\n')
+        errmsg[--n] = '\0';
+    PQconninfoFree(opts);
+    PQfreemem(why);
+    free(masked);
+    return PGSTORE_ECONFIG;
+}
+
 int pgstore_open(const struct pgstore_options *o, struct pgstore **out,
                  char *errmsg, size_t len)
 {
     *out = NULL;
-    char *why = NULL;
-    PQconninfoOption *opts = PQconninfoParse(o->conninfo, &why);
-    if (opts == NULL) {
-        int rc = errmsg_fail(PGSTORE_ECONFIG, errmsg, len,
-                             "not a libpq connection string: %s",
-                             why != NULL ? why : "out of memory");
-        size_t n = strlen(errmsg);
-        while (n > 0 && errmsg[n - 1] == '\n')
-            errmsg[--n] = '\0';
-        PQfreemem(why);
-        return rc;
-    }
+    PQconninfoOption *opts = PQconninfoParse(o->conninfo, NULL);
+    if (opts == NULL)
+        return not_conninfo(o->conninfo, errmsg, len);
     struct pgstore *p = calloc(1, sizeof(*p));
     if (p == NULL) {
         PQconninfoFree(opts);

@@ -1,0 +1,402 @@
+"""leased over PostgreSQL (`--postgres`): replicas sharing one database,
+the schema made once and checked, configuration refused with a clear
+message, a database that stops or restarts, the metrics of the mode, and
+garbage collection in the database.
+
+Each case starts its own PostgreSQL (tests/integration/pg.py) when it
+stops or restarts it; the others share one server per test process
+(harness.shared_postgres()), each with a database of its own.
+"""
+import contextlib
+import os
+import re
+import sys
+import threading
+import time
+
+import grpc
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+import pg  # noqa: E402
+from harness import Leased, expect_code, status_of  # noqa: E402
+
+OK = grpc.StatusCode.OK
+HELD = grpc.StatusCode.FAILED_PRECONDITION
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+
+_names = 0
+
+
+def unique(prefix):
+    """A name no other database or role of this process has."""
+    global _names
+    _names += 1
+    return "%s_%d_%d" % (prefix, os.getpid(), _names)
+
+
+def new_database(server=None):
+    """A new, empty database: (its name, its conninfo)."""
+    server = server or harness.shared_postgres()
+    name = unique("pgtest")
+    server.psql("CREATE DATABASE %s" % name)
+    return name, server.conninfo(dbname=name)
+
+
+def wait_for(what, ok, timeout):
+    """Polls ok() until it is true; fails after timeout s. Returns the
+    time it took."""
+    start = time.monotonic()
+    deadline = start + timeout
+    while True:
+        last = ok()
+        if last:
+            return time.monotonic() - start
+        if time.monotonic() > deadline:
+            raise AssertionError("%s: not within %s s" % (what, timeout))
+        time.sleep(0.05)
+
+
+def startup_failure(log):
+    """The one error line of a refused start: its reason."""
+    errors = [ln for ln in log.splitlines() if "level=error" in ln]
+    assert len(errors) == 1, "want one error line:\n" + log
+    m = re.search(r'msg=startup_failed reason="(.*)"$', errors[0])
+    assert m, "not a startup_failed line:\n" + log
+    return m.group(1)
+
+
+def refused(conninfo, timeout=10.0, **kw):
+    """Starts leased on conninfo expecting it to exit by itself within
+    timeout s: (exit code, log, the startup_failed reason)."""
+    start = time.monotonic()
+    rc, log = Leased(postgres=conninfo, **kw).run_to_exit(timeout=timeout)
+    took = time.monotonic() - start
+    assert took < timeout, took
+    assert rc != 0, "exit 0:\n" + log
+    return rc, log, startup_failure(log)
+
+
+def metric(d, name):
+    return d.metrics()[(name, ())]
+
+
+# --- 1. Replicas over one database --------------------------------------
+
+def test_replicas_share_one_database():
+    _, conninfo = new_database()
+    with contextlib.ExitStack() as stack:
+        reps = [stack.enter_context(Leased(ttl="30s", postgres=conninfo))
+                for _ in range(3)]
+        clients = [d.client() for d in reps]
+        # 64 owners at once, round-robin over the replicas, a channel
+        # each (connected before they start, so that they race).
+        n = 64
+        channels = [reps[i % 3].channel() for i in range(n)]
+        for ch in channels:
+            grpc.channel_ready_future(ch).result(timeout=10)
+        callers = [harness.Client(ch) for ch in channels]
+        barrier = threading.Barrier(n)
+        results = [None] * n
+
+        def race(i):
+            barrier.wait(timeout=10)
+            try:
+                results[i] = (OK, callers[i].acquire("race", "owner-%d" % i))
+            except grpc.RpcError as e:
+                results[i] = (e.code(), None)
+
+        threads = [threading.Thread(target=race, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert all(r is not None for r in results), results
+        codes = [code for code, _ in results]
+        assert codes.count(OK) == 1, codes
+        assert codes.count(HELD) == n - 1, codes
+        winner = codes.index(OK)
+        lease = results[winner][1]
+        assert (lease.owner, lease.token) == ("owner-%d" % winner, 1)
+        # Every replica sees the same holder.
+        for c in clients:
+            got = c.get("race")
+            assert (got.owner, got.token, got.live) == (lease.owner, 1, True)
+
+        # Tokens rise whichever replica answers: the holder releases on
+        # its replica, the next owner takes over on the next one at once.
+        holder_rep = winner % 3
+        for step in range(9):
+            other = (holder_rep + 1) % 3
+            new_owner = "next-%d" % step
+            # Held: refused on every replica.
+            for c in clients:
+                expect_code(HELD, c.acquire, "race", new_owner)
+            clients[holder_rep].release(lease)
+            nxt = clients[other].acquire("race", new_owner)
+            assert nxt.token == lease.token + 1, (nxt.token, lease.token)
+            assert nxt.owner == new_owner
+            # The old holder's lease is dead on every replica.
+            for c in clients:
+                expect_code(HELD, c.renew, lease)
+            lease, holder_rep = nxt, other
+        assert lease.token == 10
+        for c in clients:
+            got = c.get("race")
+            assert (got.owner, got.token) == (lease.owner, 10)
+
+
+# --- 2. Replicas starting at once on an empty database ------------------
+
+def test_replicas_starting_at_once_make_the_schema_once():
+    server = harness.shared_postgres()
+    for attempt in range(3):
+        name, conninfo = new_database()
+        a = Leased(ttl="5s", postgres=conninfo)
+        b = Leased(ttl="5s", postgres=conninfo)
+        a.start(wait=False)
+        b.start(wait=False)
+        with a, b:
+            for d in (a, b):
+                d.addr = d.wait_log(r"msg=listening addr=(\S+)").group(1)
+            assert server.psql("SELECT count(*) FROM leased_meta WHERE "
+                               "key = 'schema_version'", dbname=name) == "1"
+            assert server.psql("SELECT value FROM leased_meta WHERE "
+                               "key = 'schema_version'", dbname=name) == "1"
+            assert server.psql("SELECT count(*) FROM pg_proc WHERE "
+                               "proname = 'leased_acquire'",
+                               dbname=name) == "1"
+            # Both serve, the same leases.
+            ca, cb = a.client(), b.client()
+            s = "start-%d" % attempt
+            la = ca.acquire(s, "alice")
+            expect_code(HELD, cb.acquire, s, "bob")
+            ca.release(la)
+            assert cb.acquire(s, "bob").token == la.token + 1
+
+
+# --- 3. A database this replica must not use ----------------------------
+
+def test_other_ttl_and_newer_schema_are_refused():
+    server = harness.shared_postgres()
+    name, conninfo = new_database()
+    # TTLs long enough that "keep" outlives a slow refused start.
+    with Leased(ttl="20s", postgres=conninfo) as d:
+        d.client().acquire("keep", "alice")
+        _, _, why = refused(conninfo, ttl="21s")
+        assert why.startswith("--postgres: "), why
+        assert "--ttl 20000ms" in why and "21000ms" in why, why
+        assert "same TTL" in why, why
+        # The first replica was not disturbed.
+        expect_code(HELD, d.client().acquire, "keep", "bob")
+    # The same TTL starts.
+    with Leased(ttl="20s", postgres=conninfo) as d:
+        d.client().acquire("again", "alice")
+    server.psql("UPDATE leased_meta SET value = 99 "
+                "WHERE key = 'schema_version'", dbname=name)
+    _, _, why = refused(conninfo, ttl="20s")
+    assert why.startswith("--postgres: "), why
+    assert "version 99" in why and "newer" in why, why
+    # Refused without changing it.
+    assert server.psql("SELECT value FROM leased_meta WHERE "
+                       "key = 'schema_version'", dbname=name) == "99"
+
+
+# --- 4. Bad configuration ------------------------------------------------
+
+def test_bad_configuration_is_refused_clearly():
+    server = harness.shared_postgres()
+    # Nothing listens there.
+    port = pg._free_port()
+    _, _, why = refused(server.conninfo(port=port))
+    assert why.startswith("--postgres: "), why
+    assert "Connection refused" in why and str(port) in why, why
+
+    # A wrong password: said so, the password given nowhere.
+    role = unique("pgtest_pw")
+    server.add_role(role, password="Right-Horse-7731")
+    wrong = "Wr0ng-Zebra-Staple-4412"
+    _, log, why = refused(server.conninfo(user=role, password=wrong))
+    assert why.startswith("--postgres: "), why
+    assert "password authentication failed" in why, why
+    assert wrong not in log, log
+
+    # Not something libpq parses.
+    _, _, why = refused("not a conninfo")
+    assert why.startswith("--postgres: "), why
+    assert "not a libpq connection string" in why, why
+    # libpq quotes a URI it cannot parse: not with its password.
+    _, log, why = refused("postgresql://leased:Secret-Pass-991@[::1/db")
+    assert "not a libpq connection string" in why, why
+    assert "Secret-Pass-991" not in log, log
+    assert "leased:***@" in why, why
+
+    # A role that may not create in schema public (PostgreSQL 15's
+    # default for everyone but the database's owner).
+    name, _ = new_database()
+    role2 = unique("pgtest_nocreate")
+    right = "Quiet-Lantern-5520"
+    server.add_role(role2, password=right)
+    _, log, why = refused(server.conninfo(user=role2, password=right,
+                                          dbname=name))
+    assert why.startswith("--postgres: "), why
+    assert "permission denied" in why, why
+    assert right not in log, log
+    # Nothing was left half made.
+    assert server.psql("SELECT count(*) FROM pg_tables WHERE tablename "
+                       "LIKE 'leased%'", dbname=name) == "0"
+
+
+# --- 5. The database stops ----------------------------------------------
+
+def test_database_paused_then_resumed():
+    server = pg.Postgres("paused").start()
+    with Leased(ttl="20s", postgres=server.conninfo(),
+                args=["--postgres-timeout", "1s"]) as d:
+        c = d.client()
+        held = [c.acquire("p%d" % i, "owner-%d" % i) for i in range(5)]
+        c.release(c.acquire("gone", "x"))
+        assert c.health() == "SERVING"
+        server.pause()
+        try:
+            start = time.monotonic()
+            expect_code(UNAVAILABLE, c.acquire, "p-new", "newcomer")
+            took = time.monotonic() - start
+            # Bounded by --postgres-timeout (1 s), with room for a loaded
+            # machine; a hang would run into the call's own 5 s deadline.
+            assert took < 4.0, took
+            wait_for("NOT_SERVING", lambda: c.health() == "NOT_SERVING", 5)
+            # While down, every call is refused at once.
+            start = time.monotonic()
+            expect_code(UNAVAILABLE, c.renew, held[0])
+            assert time.monotonic() - start < 3.0
+        finally:
+            server.resume()
+        wait_for("SERVING again", lambda: c.health() == "SERVING", 10)
+        for lease in held:
+            got = c.get(lease.session_id)
+            assert (got.owner, got.token, got.live) == \
+                (lease.owner, lease.token, True), got
+            expect_code(HELD, c.acquire, lease.session_id, "intruder")
+            assert c.renew(lease).token == lease.token
+        assert c.acquire("gone", "y").token == 2
+    server.stop()
+
+
+def test_database_restarted():
+    server = pg.Postgres("restarted").start()
+    # A quarantine (TTL + skew: 10 s) well beyond the lease's own expiry.
+    with Leased(ttl="1s", postgres=server.conninfo(),
+                args=["--postgres-timeout", "1s",
+                      "--max-clock-skew", "9s"]) as d:
+        c = d.client()
+        held = c.acquire("r1", "alice")
+        assert "database_primary_changed" not in d.log_text()
+        server.stop()
+        expect_code(UNAVAILABLE, c.acquire, "r2", "bob")
+        wait_for("NOT_SERVING", lambda: c.health() == "NOT_SERVING", 5)
+        expect_code(UNAVAILABLE, c.renew, held)
+        # Past the lease's expiry (the database's clock is this host's)
+        # while the database is down.
+        expiry = held.expiry.ToNanoseconds()
+        wait_for("the lease's expiry", lambda: time.time_ns() > expiry, 5)
+        server.start()
+        wait_for("SERVING again", lambda: c.health() == "SERVING", 10)
+        m = d.wait_log(r"msg=database_primary_changed quarantine_ms=(\d+)")
+        # What is left of the quarantine stored: TTL + skew, less the
+        # moments since it was set.
+        assert 9000 < int(m.group(1)) <= 10000, m.group(0)
+        # Expired by its own expiry, but quarantined: nobody takes it.
+        assert time.time_ns() > expiry
+        expect_code(HELD, c.acquire, "r1", "bob")
+        assert c.stats().quarantine_remaining_ms > 0
+        got = c.get("r1")
+        assert (got.owner, got.token, got.live) == ("alice", held.token,
+                                                    True)
+        # Its holder renews it, same token.
+        renewed = c.renew(held)
+        assert renewed.token == held.token
+        assert renewed.expiry.ToNanoseconds() > time.time_ns()
+        # A session nobody held is free at once.
+        assert c.acquire("r2", "bob").token == 1
+    server.stop()
+
+
+# --- 6. Metrics -----------------------------------------------------------
+
+def test_metrics_over_postgres():
+    server = pg.Postgres("metrics").start()
+    with Leased(ttl="20s", postgres=server.conninfo(),
+                args=["--metrics-listen", "127.0.0.1:0",
+                      "--postgres-timeout", "1s"]) as d:
+        c = d.client()
+        for i in range(4):
+            c.release(c.acquire("m%d" % i, "alice"))
+        held = c.acquire("m-held", "alice")
+        m = d.metrics()
+        assert m[("leased_pg_round_trip_seconds_count", ())] > 0
+        assert m[("leased_pg_batch_calls_count", ())] > 0
+        assert m[("leased_pg_batch_calls_sum", ())] >= 9
+        assert m[("leased_pg_failovers_total", ())] == 0
+        assert m[("leased_storage_failing", ())] == 0
+        errors = m[("leased_pg_errors_total", ())]
+
+        server.restart()
+        # Until leased notices and reconnects, calls may fail.
+        wait_for("a call after the restart",
+                 lambda: status_of(c.acquire, "m-after", "bob") == OK, 10)
+        wait_for("failovers_total 1", lambda: metric(
+            d, "leased_pg_failovers_total") == 1, 5)
+        assert metric(d, "leased_pg_errors_total") > errors
+        d.wait_log(r"msg=database_primary_changed")
+
+        server.pause()
+        try:
+            expect_code(UNAVAILABLE, c.renew, held)
+            assert metric(d, "leased_storage_failing") == 1
+        finally:
+            server.resume()
+        wait_for("storage_failing 0", lambda: metric(
+            d, "leased_storage_failing") == 0, 10)
+        assert metric(d, "leased_pg_failovers_total") == 1  # not a pause
+    server.stop()
+
+
+# --- 7. Garbage collection ---------------------------------------------
+
+def test_garbage_collection():
+    server = harness.shared_postgres()
+    name, conninfo = new_database()
+
+    def sql(q):
+        return server.psql(q, dbname=name)
+
+    with Leased(ttl="200ms", postgres=conninfo) as d:
+        c = d.client()
+        had = {}
+        # One session taken over a few times: token 5.
+        for i in range(5):
+            lease = c.acquire("gc-high", "o%d" % i)
+            c.release(lease)
+        had["gc-high"] = lease.token
+        assert lease.token == 5
+        for i in range(3):  # released
+            lease = c.acquire("gc-rel-%d" % i, "alice")
+            c.release(lease)
+            had[lease.session_id] = lease.token
+        for i in range(3):  # left to expire
+            lease = c.acquire("gc-exp-%d" % i, "bob")
+            had[lease.session_id] = lease.token
+        assert sql("SELECT count(*) FROM leased_leases") == str(len(had))
+        wait_for("rows collected", lambda: sql(
+            "SELECT count(*) FROM leased_leases") == "0", 10)
+        floor = int(sql("SELECT value FROM leased_meta "
+                        "WHERE key = 'token_floor'"))
+        assert floor >= max(had.values()), (floor, had)
+        for s, token in sorted(had.items()):
+            again = c.acquire(s, "carol")
+            assert again.token > token, (s, again.token, token)
+            assert again.token > floor
+
+
+harness.main(globals())
