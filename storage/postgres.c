@@ -36,6 +36,9 @@ struct pgstore {
      * success for a transaction a synchronous standby never confirmed
      * (an operator cancelled the wait). */
     bool warned;
+    /* The start of the database server (pg_postmaster_start_time(), us)
+     * of the last connection that succeeded, and of the one being made. */
+    int64_t seen_started_us, connecting_started_us;
     char owner[ENGINE_OWNER_MAX]; /* pgstore_get()'s row */
     char errmsg[256];
 };
@@ -303,6 +306,16 @@ static int exec_sql(struct pgstore *p, const char *sql, const char *what)
     return err;
 }
 
+/* Prepared statement s with q (or none) in a round trip of its own: on
+ * PGSTORE_OK its result is p->res[0], which the caller clears. */
+static int run_one(struct pgstore *p, enum pgsql_stmt s,
+                   const struct params *q, const char *what)
+{
+    if (p->conn == NULL || !send_query(p, s, q))
+        return down(p, what);
+    return finish(p, 1, what);
+}
+
 /* Reads one bigint meta value into *value (absent: *found false). */
 static int get_meta(struct pgstore *p, const char *key, int64_t *value,
                     bool *found)
@@ -408,7 +421,7 @@ static int setup(struct pgstore *p, struct pgstore_primary *primary)
              "leased_now() + %lld) WHERE key = 'quarantine_end_ns' AND "
              "EXISTS (SELECT 1 FROM seen) RETURNING 1) "
              "SELECT (SELECT count(*) FROM seen) + (SELECT count(*) FROM gen)"
-             " + (SELECT count(*) FROM q)",
+             " + (SELECT count(*) FROM q), (SELECT started FROM now)",
              /* A negative control of the failover test: none. */
              FAULT_BROKEN("no_failover_quarantine")
                  ? 0LL
@@ -422,12 +435,17 @@ static int setup(struct pgstore *p, struct pgstore_primary *primary)
     err = finish(p, 2, "checking the primary");
     if (err != PGSTORE_OK)
         return txn_failed(p, err);
-    bool changed = get_int(p->res[0], 0, 0) > 0;
+    /* Changed for this replica too when another one stored the change
+     * first, or when this one's last attempt stored it and then failed. */
+    int64_t started = get_int(p->res[0], 0, 1);
+    bool changed = get_int(p->res[0], 0, 0) > 0 ||
+                   (p->seen_started_us != 0 && p->seen_started_us != started);
     int64_t remaining = get_int(p->res[1], 0, 0);
     clear_results(p, 2);
     err = exec_sql(p, "COMMIT", "committing the schema");
     if (err != PGSTORE_OK)
         return txn_failed(p, err);
+    p->connecting_started_us = started;
     if (primary != NULL) {
         primary->changed = changed;
         primary->quarantine_remaining_ns = remaining;
@@ -493,6 +511,8 @@ int pgstore_connect(struct pgstore *p, struct pgstore_primary *primary)
         err = setup(p, primary);
     if (err == PGSTORE_OK)
         err = prepare_all(p);
+    if (err == PGSTORE_OK)
+        p->seen_started_us = p->connecting_started_us;
     if (err != PGSTORE_OK && p->conn != NULL) {
         PQfinish(p->conn);
         p->conn = NULL;
@@ -709,13 +729,9 @@ int pgstore_decide(struct pgstore *p, struct pgstore_call *calls, size_t n,
 int pgstore_get(struct pgstore *p, const char *session, size_t session_len,
                 struct lease_row *row, bool *live, bool *found)
 {
-    if (p->conn == NULL)
-        return down(p, "reading a lease");
     struct params q = {0};
     add_bytes(&q, session, session_len);
-    if (!send_query(p, PGSQL_GET, &q))
-        return down(p, "reading a lease");
-    int err = finish(p, 1, "reading a lease");
+    int err = run_one(p, PGSQL_GET, &q, "reading a lease");
     if (err != PGSTORE_OK)
         return err;
     const PGresult *r = p->res[0];
@@ -760,8 +776,6 @@ int pgstore_list(struct pgstore *p, const char *prefix, size_t prefix_len,
 {
     char end[ENGINE_SESSION_MAX];
     size_t end_len = 0;
-    if (p->conn == NULL)
-        return down(p, "listing");
     struct params q = {0};
     add_bytes(&q, after, after_len);
     add_bytes(&q, prefix, prefix_len);
@@ -771,9 +785,7 @@ int pgstore_list(struct pgstore *p, const char *prefix, size_t prefix_len,
     else
         add_null(&q);
     add_int(&q, (int64_t)limit, 8);
-    if (!send_query(p, PGSQL_LIST, &q))
-        return down(p, "listing");
-    int err = finish(p, 1, "listing");
+    int err = run_one(p, PGSQL_LIST, &q, "listing");
     if (err != PGSTORE_OK)
         return err;
     const PGresult *r = p->res[0];
@@ -791,11 +803,7 @@ int pgstore_list(struct pgstore *p, const char *prefix, size_t prefix_len,
 
 int pgstore_stats(struct pgstore *p, struct pgstore_stats *st)
 {
-    if (p->conn == NULL)
-        return down(p, "counting leases");
-    if (!send_query(p, PGSQL_STATS, NULL))
-        return down(p, "counting leases");
-    int err = finish(p, 1, "counting leases");
+    int err = run_one(p, PGSQL_STATS, NULL, "counting leases");
     if (err != PGSTORE_OK)
         return err;
     const PGresult *r = p->res[0];
@@ -811,14 +819,10 @@ int pgstore_collect(struct pgstore *p, size_t max, size_t *collected,
                     size_t *expired)
 {
     *collected = *expired = 0;
-    if (p->conn == NULL)
-        return down(p, "collecting");
     struct params q = {0};
     add_int(&q, p->o.ttl_ns, 8);
     add_int(&q, (int64_t)max, 4);
-    if (!send_query(p, PGSQL_COLLECT, &q))
-        return down(p, "collecting");
-    int err = finish(p, 1, "collecting");
+    int err = run_one(p, PGSQL_COLLECT, &q, "collecting");
     if (err != PGSTORE_OK)
         return err;
     *collected = (size_t)get_int(p->res[0], 0, 0);

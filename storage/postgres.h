@@ -53,9 +53,10 @@ int pgstore_open(const struct pgstore_options *o, struct pgstore **out,
 
 /* What a connection found. */
 struct pgstore_primary {
-    /* The primary is not the one the database last saw (a failover, or
-     * a restart of the database): takeovers of leases that were held
-     * wait until the quarantine stored with it ends. */
+    /* The primary is not the one the database last saw, or not the one
+     * this store's last connection saw (a failover, or a restart of the
+     * database): takeovers of leases that were held wait until the
+     * quarantine stored with the first replica to see it ends. */
     bool changed;
     int64_t quarantine_remaining_ns; /* 0 when none */
 };

@@ -1,0 +1,582 @@
+#!/usr/bin/python3
+"""A PostgreSQL failover under load, its history checked (leased --postgres).
+
+Two leased replicas share one database: a primary and a synchronous
+streaming standby (pg.py) whose wall clock runs STANDBY_AHEAD seconds
+ahead of the primary's (libfaketime), so that the standby, once promoted,
+sees every lease the old primary granted expire STANDBY_AHEAD too early.
+They reach it with a two-host conninfo and target_session_attrs=
+read-write, as a deployment would. Lease owners record every call as the
+fault campaign's workers do (tests/faults/workload.py, and the "sticky"
+workers here, same JSON lines); then the primary gets kill -9 (its host
+died) and the standby is promoted; the owners keep going for more than
+2 TTL + --max-clock-skew; the fault campaign's checker
+(tests/faults/checker.py) judges the whole history.
+
+What must hold: leased's failover quarantine (storage/postgres.c, setup():
+after a change of primary, leases held before count as live for TTL +
+--max-clock-skew on the new primary's clock) keeps every promise made
+before the failover, so the checker finds no violation and no lost
+acknowledged call. The negative control runs leased-faults with
+LEASED_FAULTS="broken=no_failover_quarantine" (no quarantine): the
+standby's early clock must then let a takeover land inside a hold
+interval granted by the old primary, which the checker reports as a
+mutual_exclusion violation.
+
+The workload that makes the control bite: STICKY_SESSIONS sessions, each
+held by a sticky worker that renews every TTL/3, out of step with the
+others (its last promise, inv + TTL, ends at least TTL - TTL/3 after the
+kill), and more sticky workers on each replica trying to acquire them all
+the time. After the failover the first call to reach a session is most
+likely a competitor's (every few tens of ms) rather than the holder's
+renewal (every TTL/3): without the quarantine it takes the lease over as
+soon as the new clock passes the stored expiry, which with the standby
+ahead is while the old holder may still use it, provided leased is back
+on the new primary within TTL - TTL/3 of the kill (here under a second;
+the checker then sees the overlap by about a second). workload.py
+workers add the campaign's usual mix (releases, walk-aways, stale calls)
+on sessions of their own, hot-0 and hot-1 (caught there too, now and
+then).
+
+The history has no kill/start events (no daemon dies: the checker's
+restart model does not apply); the runner's events `db_kill` and
+`db_promoted` only show in the excerpts. LEASED_FAILOVER_OUT=DIR keeps
+each run's histories and leased logs under DIR; LEASED_FAILOVER_SEED=N
+replays workload.py's choices (not the timing). leased-faults is
+$LEASED_FAULTS_BIN, else tests/faults/leased-faults in $LEASED_BIN's
+build directory; builds with sanitizers do not make it, and do not run
+the control.
+"""
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import grpc
+
+import harness
+import pg
+
+sys.path.insert(0, os.path.join(harness.ROOT, "tests", "faults"))
+import checker  # noqa: E402
+
+PYTHON = "/usr/bin/python3"  # Debian's, with python3-grpcio
+WORKLOAD = os.path.join(harness.ROOT, "tests", "faults", "workload.py")
+TTL = 2.0
+SKEW = 2.0                 # --max-clock-skew
+STANDBY_AHEAD = 1.5        # the standby's clock, ahead of the primary's
+ARGS = ["--max-clock-skew", "%gs" % SKEW, "--postgres-timeout", "1s"]
+CALL_DEADLINE = 0.5        # each call's gRPC deadline, as workload.py's
+STICKY_SESSIONS = 4
+STICKY_WORKERS = 10        # the first 4 hold, 6 compete (3 per replica)
+WORKLOAD_WORKERS = 4
+BEFORE = 2 * TTL           # load before the kill, once settled
+AFTER = 2 * TTL + SKEW + 1.5  # load after the promotion
+DEFINITE = {grpc.StatusCode.FAILED_PRECONDITION,
+            grpc.StatusCode.INVALID_ARGUMENT}
+
+
+class History:
+    """The runner's own JSON lines: the meta record and its events."""
+
+    def __init__(self, path):
+        self.path = path
+        self.f = open(path, "a", buffering=1)
+        self.lock = threading.Lock()
+        self.write({"type": "meta", "ttl": TTL})
+
+    def write(self, rec):
+        with self.lock:
+            self.f.write(json.dumps(rec) + "\n")
+
+    def event(self, name, detail=""):
+        t = time.monotonic()
+        self.write({"type": "event", "event": name, "t": t,
+                    "detail": detail})
+        return t
+
+    def close(self):
+        self.f.close()
+
+
+class Sticky(threading.Thread):
+    """A lease owner that holds on: it acquires one of `sessions` (trying
+    them in turn from sessions[first], every STICKY_PAUSE s while all are
+    held), then renews it every TTL/3 (whatever the last renewal's
+    outcome; the first renewal after a random part of that, so that the
+    holders' renewals are not in step) until a renewal is refused. One
+    call at a time on one channel, every call recorded as workload.py
+    records it (checker.py's format). Bounded by `seconds` and
+    MAX_CALLS."""
+
+    STICKY_PAUSE = 0.02
+    MAX_CALLS = 200000
+
+    def __init__(self, addr, owner, sessions, first, out, stop, seed,
+                 seconds):
+        super().__init__(daemon=True)
+        self.addr, self.owner, self.sessions = addr, owner, sessions
+        self.first = first
+        self.out_path, self.stop, self.seconds = out, stop, seconds
+        self.rng = random.Random(seed)
+        self.calls = 0
+        self.error = None
+
+    def run(self):
+        try:
+            self._run()
+        except Exception as e:  # shown by the test
+            self.error = repr(e)
+
+    def _run(self):
+        svc = harness.SERVICE
+        pb = harness.pb
+        ch = grpc.insecure_channel(self.addr)
+        acquire = ch.unary_unary(svc + "Acquire",
+                                 pb.AcquireRequest.SerializeToString,
+                                 pb.LeaseResponse.FromString)
+        renew = ch.unary_unary(svc + "Renew",
+                               pb.RenewRequest.SerializeToString,
+                               pb.LeaseResponse.FromString)
+        release = ch.unary_unary(svc + "Release",
+                                 pb.ReleaseRequest.SerializeToString,
+                                 pb.ReleaseResponse.FromString)
+        out = open(self.out_path, "a", buffering=1)
+
+        def call(op, session, token=None):
+            if op == "acquire":
+                fn, req = acquire, pb.AcquireRequest(session_id=session,
+                                                     owner=self.owner)
+            else:
+                lease = pb.Lease(session_id=session, owner=self.owner,
+                                 token=token)
+                fn, req = ((renew, pb.RenewRequest(lease=lease))
+                           if op == "renew" else
+                           (release, pb.ReleaseRequest(lease=lease)))
+            self.calls += 1
+            inv = time.monotonic()
+            rtoken = None
+            try:
+                reply = fn(req, timeout=CALL_DEADLINE)
+                code = grpc.StatusCode.OK
+                if op != "release":
+                    rtoken = reply.lease.token
+            except grpc.RpcError as e:
+                code = e.code()
+            ret = time.monotonic()
+            result = ("ok" if code == grpc.StatusCode.OK
+                      else "fail" if code in DEFINITE else "unknown")
+            out.write(json.dumps({
+                "type": "op", "proc": self.owner, "op": op,
+                "session": session, "owner": self.owner, "token": token,
+                "inv": inv, "ret": ret, "result": result, "code": code.name,
+                "rtoken": rtoken, "addr": self.addr}) + "\n")
+            return result, rtoken, inv
+
+        end = time.monotonic() + self.seconds
+        held = None  # (session, token)
+        next_renew = 0.0
+        i = self.first
+        try:
+            while (not self.stop.is_set() and time.monotonic() < end
+                   and self.calls < self.MAX_CALLS):
+                if held is None:
+                    session = self.sessions[i % len(self.sessions)]
+                    i += 1
+                    result, token, inv = call("acquire", session)
+                    if result == "ok":
+                        held = (session, token)
+                        next_renew = inv + TTL / 3 * self.rng.uniform(0.1, 1)
+                    else:
+                        self.stop.wait(self.STICKY_PAUSE)
+                    continue
+                wait = next_renew - time.monotonic()
+                if wait > 0 and self.stop.wait(min(wait, TTL)):
+                    break
+                result, _, inv = call("renew", *held)
+                next_renew = inv + TTL / 3
+                if result == "fail":
+                    held = None
+            if held is not None:
+                call("release", *held)
+        finally:
+            out.close()
+            ch.close()
+
+
+def clock_offset(server):
+    """server's wall clock minus ours (seconds), and the uncertainty."""
+    t0 = time.time()
+    v = float(server.psql("SELECT extract(epoch FROM clock_timestamp())"))
+    t1 = time.time()
+    return v - (t0 + t1) / 2, (t1 - t0) / 2
+
+
+def check_ahead(primary, standby):
+    p, pe = clock_offset(primary)
+    s, se = clock_offset(standby)
+    ahead = s - p
+    print("clocks: primary %+.3fs, standby %+.3fs (±%.3fs): standby ahead "
+          "by %.3fs" % (p, s, pe + se, ahead))
+    assert abs(p) < 0.2 + pe, "the primary's clock is off by %.3fs" % p
+    assert abs(ahead - STANDBY_AHEAD) < 0.2 + pe + se, (
+        "the standby's clock is ahead by %.3fs, not %.1fs"
+        % (ahead, STANDBY_AHEAD))
+    return ahead
+
+
+def faults_bin():
+    """leased-faults (tests/faults/meson.build): $LEASED_FAULTS_BIN, else
+    beside $LEASED_BIN's build directory; None if not built (it is only
+    in builds without sanitizers)."""
+    path = os.environ.get("LEASED_FAULTS_BIN")
+    if not path:
+        build = os.path.dirname(os.path.dirname(
+            os.path.abspath(harness.leased_bin())))
+        path = os.path.join(build, "tests", "faults", "leased-faults")
+    return path if os.access(path, os.X_OK) else None
+
+
+def start_leased(binary, conninfo, env):
+    """A started leased replica: `binary` (harness.Leased runs
+    $LEASED_BIN, so it is set for the start)."""
+    d = harness.Leased(ttl="%gs" % TTL, postgres=conninfo, args=ARGS,
+                       env=env)
+    saved = os.environ.get("LEASED_BIN")
+    os.environ["LEASED_BIN"] = binary
+    try:
+        d.start()
+    finally:
+        if saved is None:
+            del os.environ["LEASED_BIN"]
+        else:
+            os.environ["LEASED_BIN"] = saved
+    return d
+
+
+def wait_for(ok, what, timeout):
+    deadline = time.monotonic() + timeout
+    while not ok():
+        if time.monotonic() > deadline:
+            raise AssertionError("%s: not after %ss" % (what, timeout))
+        time.sleep(0.05)
+
+
+def read_ops(paths):
+    ops = []
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    rec = json.loads(line)
+                    if rec.get("type") == "op":
+                        ops.append(rec)
+    return ops
+
+
+def failure_window(ops, kill_t, replica_of):
+    """From the first call that failed without a definite answer
+    (result unknown: UNAVAILABLE, DEADLINE_EXCEEDED…) answered after the
+    kill, to the first OK answer to a call sent after that; overall and
+    per replica. Returns a dict of texts and numbers."""
+    def window(sel):
+        bad = [o for o in sel if o["result"] == "unknown"
+               and o["ret"] >= kill_t]
+        if not bad:
+            return None
+        first_bad = min(o["ret"] for o in bad)
+        oks = [o["ret"] for o in sel if o["result"] == "ok"
+               and o["inv"] >= first_bad]
+        first_ok = min(oks) if oks else None
+        inside = [o for o in sel if o["ret"] >= first_bad and
+                  (first_ok is None or o["inv"] <= first_ok)]
+        return {"first_failure": first_bad - kill_t,
+                "first_ok": None if first_ok is None else first_ok - kill_t,
+                "seconds": None if first_ok is None else first_ok - first_bad,
+                "calls": len(inside),
+                "unknown": sum(o["result"] == "unknown" for o in inside),
+                "codes": sorted({o["code"] for o in inside
+                                 if o["result"] == "unknown"})}
+    out = {"all": window(ops)}
+    for addr in sorted(set(replica_of.values())):
+        out[addr] = window([o for o in ops
+                            if replica_of.get(o["owner"]) == addr])
+    return out
+
+
+def fmt_window(w):
+    if w is None:
+        return "no call failed"
+    if w["first_ok"] is None:
+        return ("first failure at kill%+.3fs, no OK after it (%d calls, %d "
+                "unknown)" % (w["first_failure"], w["calls"], w["unknown"]))
+    return ("kill%+.3fs .. kill%+.3fs: %.3fs without an OK answer (%d calls "
+            "in it, %d unknown: %s)"
+            % (w["first_failure"], w["first_ok"], w["seconds"], w["calls"],
+               w["unknown"], ",".join(w["codes"])))
+
+
+def run_failover(binary, env, label):
+    """The scenario; returns what the test checks: the checker's report,
+    the replicas' logs, the new primary's meta rows, the failure windows,
+    and the timings."""
+    keep = os.environ.get("LEASED_FAILOVER_OUT")
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        work = tempfile.mkdtemp(prefix=label + "-", dir=keep)
+    else:
+        work = tempfile.mkdtemp(prefix="leased-failover-")
+    t_begin = time.monotonic()
+    # fsync=off (the standby inherits it): a checkpoint for
+    # pg_basebackup takes seconds less on a busy machine. No process of
+    # ours outlives the page cache (kill -9 is of processes, not of the
+    # host, and the old primary's files are never used again), so what a
+    # commit or a synchronous standby's flush promises is unchanged.
+    primary = pg.Postgres("primary", conf={"fsync": "off"}).start()
+    standby = None
+    replicas = []
+    workers = []
+    sticky = []
+    stop = threading.Event()
+    history = History(os.path.join(work, "runner.jsonl"))
+    try:
+        standby = primary.standby("standby", faketime="%+g" % STANDBY_AHEAD,
+                                  sync=True)
+        ahead = check_ahead(primary, standby)
+        conninfo = ("host=127.0.0.1,127.0.0.1 port=%d,%d dbname=leased "
+                    "user=leased target_session_attrs=read-write"
+                    % (primary.port, standby.port))
+        t_pg = time.monotonic()
+        for _ in range(2):
+            replicas.append(start_leased(binary, conninfo, env))
+        addrs = [d.addr for d in replicas]
+        t_leased = time.monotonic()
+
+        replica_of = {}
+        outs = []
+        seed = int(os.environ.get("LEASED_FAILOVER_SEED", time.time()))
+        print("%s: seed %d, work in %s" % (label, seed, work))
+        for i in range(WORKLOAD_WORKERS):
+            owner, addr = "w%d" % i, addrs[i % 2]
+            out = os.path.join(work, "worker-%d.jsonl" % i)
+            outs.append(out)
+            replica_of[owner] = addr
+            with open(os.path.join(work, "worker-%d.err" % i), "w") as err:
+                workers.append(subprocess.Popen(
+                    [PYTHON, WORKLOAD, "--addr", addr, "--owner", owner,
+                     "--ttl", str(TTL), "--seconds", "60",
+                     "--seed", str(seed * 100 + i), "--out", out],
+                    stdout=subprocess.DEVNULL, stderr=err))
+        # The holders first, one per session, alternating between the
+        # replicas; then the competitors, alternating too: whichever
+        # replica is back first, competitors race its holders' renewals.
+        sessions = ["sticky-%d" % i for i in range(STICKY_SESSIONS)]
+
+        def start_sticky(i):
+            owner, addr = "s%d" % i, addrs[i % 2]
+            out = os.path.join(work, "sticky-%d.jsonl" % i)
+            outs.append(out)
+            replica_of[owner] = addr
+            t = Sticky(addr, owner, sessions, i % len(sessions), out, stop,
+                       seed * 100 + 50 + i, 60)
+            sticky.append(t)
+            t.start()
+
+        def all_held():
+            ready = [p for p in outs[WORKLOAD_WORKERS:]
+                     if os.path.exists(p)]
+            held = {o["session"] for o in read_ops(ready)
+                    if o["result"] == "ok" and o["op"] == "acquire"}
+            return held >= set(sessions)
+        for i in range(STICKY_SESSIONS):
+            start_sticky(i)
+        wait_for(all_held, "every sticky session held", 15)
+        for i in range(STICKY_SESSIONS, STICKY_WORKERS):
+            start_sticky(i)
+        wait_for(lambda: all(map(os.path.exists, outs)), "workers ready", 30)
+        t_ready = time.monotonic()
+        time.sleep(BEFORE)
+
+        kill_t = history.event("db_kill", "kill -9 of the primary")
+        primary.kill9()
+        killed_t = history.event("db_killed", "the primary is gone")
+        standby.promote()
+        promoted_t = history.event("db_promoted", "the standby takes writes")
+        print("%s: kill -9 took %.3fs, the promotion %.3fs"
+              % (label, killed_t - kill_t, promoted_t - killed_t))
+        time.sleep(AFTER)
+
+        stop.set()
+        for w in workers:
+            w.terminate()  # ends after the call in progress
+        for w in workers:
+            try:
+                w.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                w.kill()
+                w.wait()
+        for t in sticky:
+            t.join(timeout=15)
+        assert not any(t.is_alive() for t in sticky), "a sticky worker hung"
+        errors = [t.error for t in sticky if t.error]
+        assert not errors, "sticky workers failed: %s" % errors
+        for i, w in enumerate(workers):
+            with open(os.path.join(work, "worker-%d.err" % i)) as f:
+                err = f.read()
+            assert w.returncode in (0, -signal.SIGTERM), (
+                "workload.py w%d exited %s:\n%s" % (i, w.returncode,
+                                                    err[-2000:]))
+
+        rows = dict(line.split("|") for line in standby.psql(
+            "SELECT key, value FROM leased_meta ORDER BY key").split("\n"))
+        rows = {k: int(v) for k, v in rows.items()}
+        new_now_ns = int(standby.psql("SELECT leased_now()"))
+        # The new primary's clock when the promotion ended, from ours.
+        promoted_db_ns = new_now_ns - (time.monotonic() - promoted_t) * 1e9
+        logs = []
+        for i, d in enumerate(replicas):
+            rc = d.stop()
+            logs.append(d.log_text())
+            with open(os.path.join(work, "leased-%d.log" % i), "w") as f:
+                f.write(logs[-1])
+            assert rc == 0, "leased exited %s:\n%s" % (rc, logs[-1])
+        history.close()
+        report = checker.check(*checker.read_files(
+            [history.path] + outs))
+        ops = read_ops(outs)
+        windows = failure_window(ops, kill_t, replica_of)
+        t_end = time.monotonic()
+        return {
+            "report": report, "logs": logs, "meta": rows, "ops": ops,
+            "windows": windows, "kill_t": kill_t, "promoted_t": promoted_t,
+            "ahead": ahead, "addrs": addrs, "replica_of": replica_of,
+            "quarantine_after_promote":
+                (rows["quarantine_end_ns"] - promoted_db_ns) / 1e9,
+            "timing": {"postgres": t_pg - t_begin,
+                       "leased": t_leased - t_pg,
+                       "workers": t_ready - t_leased,
+                       "setup": t_ready - t_begin,
+                       "total": t_end - t_begin},
+            "work": work,
+        }
+    finally:
+        stop.set()
+        history.close()
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+        for t in sticky:
+            t.join(timeout=5)
+        for d in replicas:
+            d.__exit__(None, None, None)
+        if standby is not None:
+            standby.stop()
+        primary.stop()
+        if not keep:
+            shutil.rmtree(work, True)
+
+
+def summary(label, r):
+    rep = r["report"]
+    res = {"ok": 0, "fail": 0, "unknown": 0}
+    for o in r["ops"]:
+        res[o["result"]] += 1
+    tm = r["timing"]
+    print("%s: %.1fs in all, %.1fs to set up (postgres %.1fs, leased "
+          "%.1fs, workers settled %.1fs); %d ops (ok %d, fail %d, unknown "
+          "%d), %d grants, %d takeovers"
+          % (label, tm["total"], tm["setup"], tm["postgres"], tm["leased"],
+             tm["workers"], rep["ops"]["total"], res["ok"], res["fail"],
+             res["unknown"], rep["grants"], rep["takeovers"]))
+    for name, w in r["windows"].items():
+        print("%s: calls failing, %s: %s" % (label, name, fmt_window(w)))
+    print("%s: generation %d, quarantine ends %.3fs after the promotion "
+          "(new primary's clock)" % (label, r["meta"]["generation"],
+                                     r["quarantine_after_promote"]))
+    viol = {k: v["count"] for k, v in rep["violations"].items()}
+    print("%s: violations %s, acknowledged lost %d"
+          % (label, viol, rep["acknowledged_lost"]))
+
+
+def sticky_takeovers_after(r):
+    """Takeovers of sticky sessions answered after the kill: (seconds
+    after the promotion, session, owner, token)."""
+    seen = {}
+    out = []
+    for o in sorted(r["ops"], key=lambda o: o["ret"]):
+        if not o["session"].startswith("sticky-") or o["result"] != "ok" \
+                or o["op"] != "acquire":
+            continue
+        key = (o["session"], o["owner"])
+        new = o["rtoken"] not in seen.setdefault(key, set())
+        seen[key].add(o["rtoken"])
+        if new and o["ret"] > r["kill_t"]:
+            out.append((o["ret"] - r["promoted_t"], o["session"], o["owner"],
+                        o["rtoken"]))
+    return out
+
+
+def test_failover_under_load_keeps_every_promise():
+    r = run_failover(harness.leased_bin(), None, "failover")
+    rep = r["report"]
+    print(checker.format_report(rep))
+    summary("failover", r)
+    bad = checker.failed(rep)
+    assert not bad, "the history breaks %s:\n%s" % (
+        bad, checker.format_report(rep))
+    assert rep["input_warnings"]["count"] == 0, checker.format_report(rep)
+    # The failover happened, was seen, and was quarantined.
+    assert r["meta"]["generation"] == 1, r["meta"]
+    # Each replica saw the change: the first to reconnect stored it (and
+    # the quarantine), the other found the primary unlike its own last.
+    for log in r["logs"]:
+        assert re.search(r"msg=database_primary_changed quarantine_ms=\d+",
+                         log), log
+    for log in r["logs"]:
+        assert log.count("msg=database_connected") >= 1, log
+    q = r["quarantine_after_promote"]
+    assert TTL + SKEW - 0.5 < q < TTL + SKEW + 3, q
+    # Served again on both replicas, well within the run.
+    for name, w in r["windows"].items():
+        assert w is not None and w["first_ok"] is not None, (name, w)
+        assert w["seconds"] < 5, (name, w)
+    tk = sticky_takeovers_after(r)
+    early = [t for t in tk if t[0] < q - 0.5]
+    print("failover: sticky takeovers after the kill: %s" % (
+        ", ".join("%s by %s at promotion%+.3fs" % (s, o, t)
+                  for t, s, o, _ in tk) or "none"))
+    assert not early, early
+
+
+def test_failover_without_quarantine_is_caught():
+    # Only builds without sanitizers make leased-faults, and only they
+    # register this case (tests/integration/meson.build).
+    binary = faults_bin()
+    assert binary is not None, "no leased-faults beside leased"
+    r = run_failover(binary,
+                     {"LEASED_FAULTS": "broken=no_failover_quarantine"},
+                     "control")
+    rep = r["report"]
+    print(checker.format_report(rep))
+    summary("control", r)
+    tk = sticky_takeovers_after(r)
+    print("control: sticky takeovers after the kill: %s" % (
+        ", ".join("%s by %s at promotion%+.3fs" % (s, o, t)
+                  for t, s, o, _ in tk) or "none"))
+    n = rep["violations"]["mutual_exclusion"]["count"]
+    for ex in rep["violations"]["mutual_exclusion"]["excerpts"][:3]:
+        print("control: caught: " + ex["summary"])
+    assert r["meta"]["generation"] == 1, r["meta"]
+    assert n >= 1, ("no takeover inside a hold interval without the "
+                    "failover quarantine:\n%s" % checker.format_report(rep))
+
+
+harness.main(globals())
