@@ -126,6 +126,12 @@ const struct config_option config_options[] = {
      .help = "the most the database hosts' clocks differ by: after a "
              "failover, leases held before wait this much longer than the "
              "TTL"},
+    {.name = "postgres-connections", .env = "LEASED_POSTGRES_CONNECTIONS",
+     .arg = "N",
+     .kind = CONFIG_INT, FIELD(pg_connections), .min = 1, .max = 16,
+     .def = "2",
+     .help = "connections to the database, each with one batch of calls "
+             "in flight; more let more batches commit at once"},
     {.name = "import-from", .env = "LEASED_IMPORT_FROM", .arg = "DIR",
      .kind = CONFIG_DIR, FIELD(import_from),
      .help = "with --postgres: copy the leases of the SQLite store in DIR "

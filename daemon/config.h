@@ -32,6 +32,7 @@ struct config {
     const char *postgres; /* libpq conninfo; NULL: SQLite in data_dir */
     int64_t max_skew_ns;  /* between database hosts' clocks */
     int64_t pg_timeout_ns; /* of one round trip to the database */
+    int pg_connections;    /* to the database, each a batch in flight */
     const char *import_from; /* a SQLite data directory to copy; or NULL */
     struct config_limits {
         int max_streams;        /* concurrent calls per connection */

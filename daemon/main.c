@@ -238,10 +238,11 @@ static int open_sqlite(const struct config *cfg, struct store **store,
     return 0;
 }
 
-/* The shared store: a connection to PostgreSQL, the schema made or
- * checked. Returns 0, or -1 with errmsg set (naming the flag). */
-static int open_postgres(const struct config *cfg, struct pgstore **db,
-                         char *errmsg, size_t len)
+/* The shared store: n connections to PostgreSQL (dbs[0..n)), the schema
+ * made or checked by the first. Returns 0, or -1 with errmsg set (naming
+ * the flag) and none open. */
+static int open_postgres(const struct config *cfg, struct pgstore **dbs,
+                         size_t n, char *errmsg, size_t len)
 {
     if (cfg->raise_token_floor > 0) {
         snprintf(errmsg, len, "--raise-token-floor: only for the SQLite "
@@ -255,9 +256,13 @@ static int open_postgres(const struct config *cfg, struct pgstore **db,
         .timeout_ms = (int)(cfg->pg_timeout_ns / 1000000),
     };
     char why[400];
-    if (pgstore_open(&o, db, why, sizeof(why)) != 0) {
-        snprintf(errmsg, len, "--postgres: %s", why);
-        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (pgstore_open(&o, &dbs[i], why, sizeof(why)) != 0) {
+            snprintf(errmsg, len, "--postgres: %s", why);
+            while (i-- > 0)
+                pgstore_close(dbs[i]);
+            return -1;
+        }
     }
     return 0;
 }
@@ -380,18 +385,20 @@ int main(int argc, char **argv)
 
     int lock_fd = -1;
     struct store *store = NULL;
-    struct pgstore *db = NULL;
-    if ((cfg.postgres != NULL ? open_postgres(&cfg, &db, err, sizeof(err))
-                              : open_sqlite(&cfg, &store, &lock_fd, err,
-                                            sizeof(err))) != 0) {
+    /* Over PostgreSQL: --postgres-connections, or one for an import. */
+    struct pgstore *dbs[REPLICA_MAX_CONNECTIONS] = {NULL};
+    size_t ndbs = cfg.import_from != NULL ? 1 : (size_t)cfg.pg_connections;
+    if ((cfg.postgres != NULL
+             ? open_postgres(&cfg, dbs, ndbs, err, sizeof(err))
+             : open_sqlite(&cfg, &store, &lock_fd, err, sizeof(err))) != 0) {
         char why[sizeof(err)];
         log_quotable(why, sizeof(why), err, strlen(err));
         log_error("startup_failed", "reason=\"%s\"", why);
         return 1;
     }
     if (cfg.import_from != NULL) {
-        rc = import_sqlite(&cfg, db, err, sizeof(err));
-        pgstore_close(db);
+        rc = import_sqlite(&cfg, dbs[0], err, sizeof(err));
+        pgstore_close(dbs[0]);
         if (rc != 0) {
             char why[sizeof(err)];
             log_quotable(why, sizeof(why), err, strlen(err));
@@ -421,8 +428,15 @@ int main(int argc, char **argv)
     }
 
     uv_loop_t *loop = uv_default_loop();
-    if (db != NULL) {
-        d.replica = replica_create(loop, db, cfg.ttl_ns);
+    if (cfg.postgres != NULL) {
+        /* Each connection's round trip blocks a thread of libuv's pool
+         * (4 unless set, read at its first use): one each, and one for
+         * the rest. */
+        char threads[16];
+        snprintf(threads, sizeof(threads), "%d", cfg.pg_connections + 1);
+        if (cfg.pg_connections + 1 > 4)
+            setenv("UV_THREADPOOL_SIZE", threads, 0);
+        d.replica = replica_create(loop, dbs, ndbs, cfg.ttl_ns);
         snprintf(err, sizeof(err), "out of memory");
     } else {
         d.server = server_create(loop, store, cfg.ttl_ns, err, sizeof(err));
@@ -475,8 +489,8 @@ int main(int argc, char **argv)
         return 1;
     }
     log_info("started", "version=%s store=%s data_dir=%s ttl_ms=%lld pid=%ld",
-             LEASED_VERSION, db != NULL ? "postgres" : "sqlite",
-             db != NULL ? "-" : cfg.data_dir,
+             LEASED_VERSION, cfg.postgres != NULL ? "postgres" : "sqlite",
+             cfg.postgres != NULL ? "-" : cfg.data_dir,
              (long long)(cfg.ttl_ns / 1000000), (long)getpid());
 
     uv_run(loop, UV_RUN_DEFAULT);

@@ -1,31 +1,38 @@
 /*
  * The loop side of a replica over PostgreSQL (see replica.h).
  *
- * One round trip to the database is in flight at a time, on a worker
- * thread; the loop never waits for the network. Lease calls that arrive
- * meanwhile wait in `leases` and go, all of them (up to MAX_BATCH), in
- * the next round trip: one transaction per batch, group commit over the
- * network. A reply leaves only once its batch's COMMIT returned, so an OK
- * is as durable as the database makes a commit (with a synchronous
- * standby: on two hosts). Admin calls take turns with the batches, one
- * per round trip, so that neither starves the other.
+ * The replica has a few connections to the database (--postgres-
+ * connections), each a `slot` with one round trip in flight at a time, on
+ * a worker thread; the loop never waits for the network. Lease calls that
+ * arrive while every connection is busy wait in `leases`, and the next
+ * connection free takes all of them (up to MAX_BATCH) in one round trip:
+ * one transaction per batch, group commit over the network. With two
+ * connections, one batch is sent while the other commits, and the
+ * database flushes its log for both at once. A reply leaves only once its
+ * batch's COMMIT returned, so an OK is as durable as the database makes a
+ * commit (with a synchronous standby: on two hosts). Batches in flight at
+ * once hold only calls that were in flight at once, and the database
+ * locks rows in session order in each, so they never deadlock. Admin
+ * calls take turns with the batches, one per round trip, so that neither
+ * starves the other.
  *
- * The database connection is the worker's while a job is in flight
+ * A slot's database connection is the worker's while its job is in flight
  * (`job` != JOB_NONE), and nobody's otherwise: the loop only looks at
  * what a job left behind. A job is one of: a batch, one admin call, a
- * garbage collection, or a (re)connection.
+ * garbage collection (one slot at a time), or a (re)connection.
  *
- * When the connection is lost (a broken socket, a missed deadline), the
- * batch in flight gets UNAVAILABLE (its commit may or may not have
- * happened: the client retries, which the rules make safe), health says
- * NOT_SERVING, every call is answered UNAVAILABLE at once instead of
- * waiting, and the replica reconnects, at once and then with a backoff up
- * to a second. A reconnection that finds a different primary (failover,
- * or the database restarted) is logged and counted; the database itself
- * then holds the quarantine every replica honours.
+ * When a connection is lost (a broken socket, a missed deadline), the
+ * batch in flight on it gets UNAVAILABLE (its commit may or may not have
+ * happened: the client retries, which the rules make safe), and the slot
+ * reconnects, at once and then with a backoff up to a second. While no
+ * slot is connected, health says NOT_SERVING and every call is answered
+ * UNAVAILABLE at once instead of waiting. A reconnection that finds a
+ * different primary (failover, or the database restarted) is logged and
+ * counted once per replica; the database itself holds the quarantine
+ * every replica honours.
  *
- * The database's clock decides expiry. Each batch also reads it, and the
- * replica compares its progress with the monotonic clock's between round
+ * The database's clock decides expiry. Each batch also reads it, and each
+ * slot compares its progress with the monotonic clock's between round
  * trips: a jump of more than CLOCK_STEP_NS (beyond what the two round
  * trips can explain) is a step of the database host's wall clock, logged
  * and counted.
@@ -65,19 +72,15 @@ struct queue {
     struct request *head, *tail;
 };
 
-struct replica {
-    uv_loop_t *loop;
+struct replica;
+
+/* One connection to the database and the job in flight on it. */
+struct slot {
+    struct replica *r;
     struct pgstore *db;
-    int64_t ttl_ns;
-    void (*reply)(void *arg, struct request *req);
-    void (*storage)(void *arg, bool ok);
-    void *reply_arg;
-
-    struct queue leases, admins;
-
-    /* The job in flight, and what it left. */
     enum job job;
     uv_work_t work;
+    /* What the job is about, and what it left. */
     struct request *batch;      /* JOB_BATCH: its requests, in order */
     struct pgstore_call *calls; /* MAX_BATCH, one per request */
     size_t ncalls;
@@ -88,19 +91,34 @@ struct replica {
     int64_t db_now_ns;
     size_t collected, expired;
     struct pgstore_stats stats;
-    struct pgstore_stats last_stats; /* the last the database gave */
     struct pgstore_primary primary;
-    bool admin_turn; /* the next job is an admin call's, if one waits */
 
     bool connected; /* as far as the loop knows */
     int backoff_ms;
-    int64_t next_connect_ms, next_collect_ms;
-    struct log_limit fail_log;
-
+    int64_t next_connect_ms;
     /* The database clock's offset from the monotonic one at the last
      * batch, and that batch's round trip. */
     bool have_offset;
     int64_t offset_ns, offset_rtt_ns;
+};
+
+struct replica {
+    uv_loop_t *loop;
+    int64_t ttl_ns;
+    void (*reply)(void *arg, struct request *req);
+    void (*storage)(void *arg, bool ok);
+    void *reply_arg;
+
+    struct queue leases, admins;
+    struct slot slots[REPLICA_MAX_CONNECTIONS];
+    size_t nslots;
+    bool serving; /* some slot is connected */
+    bool admin_turn; /* the next job is an admin call's, if one waits */
+    bool collecting; /* a slot is collecting garbage */
+    int64_t next_collect_ms;
+    struct pgstore_stats last_stats; /* the last the database gave */
+    int64_t primary_seen_us; /* the primary start last logged as new */
+    struct log_limit fail_log;
 
     uv_timer_t timer;
     int64_t start_mono_ns;
@@ -142,33 +160,45 @@ static void unavailable(struct request *req, const char *why)
     snprintf(req->reason, sizeof(req->reason), "%s", why);
 }
 
-/* The database went away, or came back: tell the owner (health). */
-static void set_connected(struct replica *r, bool connected)
+/* Some slot is connected, or none is any more: tell the owner (health). */
+static void update_serving(struct replica *r)
 {
-    if (r->connected == connected)
+    bool serving = false;
+    for (size_t i = 0; i < r->nslots; i++)
+        serving = serving || r->slots[i].connected;
+    if (r->serving == serving)
         return;
-    r->connected = connected;
-    atomic_store(&metrics.storage_failing, !connected);
+    r->serving = serving;
+    atomic_store(&metrics.storage_failing, !serving);
     if (r->storage != NULL)
-        r->storage(r->reply_arg, connected);
+        r->storage(r->reply_arg, serving);
 }
 
-/* A job failed: count it, log it (at most a line a second), and after a
- * lost connection reconnect at once. */
-static void job_failed(struct replica *r, const char *what)
+/* A job failed: count it, log it (at most a line a second). After a lost
+ * connection, the slot reconnects at once, and so do the idle ones, whose
+ * connections are most likely lost too (the server died) but would not
+ * say so before their next job. */
+static void job_failed(struct slot *sl, const char *what)
 {
+    struct replica *r = sl->r;
     atomic_fetch_add(&metrics.pg_errors, 1);
     uint64_t held;
     char why[256];
-    log_quotable(why, sizeof(why), r->errmsg, strlen(r->errmsg));
+    log_quotable(why, sizeof(why), sl->errmsg, strlen(sl->errmsg));
     if (log_limit_pass(&r->fail_log, clock_mono_ns(), &held))
         log_warn("database_failed", "during=%s error=\"%s\" not_logged=%llu",
                  what, why, (unsigned long long)held);
-    if (r->err == PGSTORE_EDOWN) {
-        set_connected(r, false);
-        r->next_connect_ms = mono_ms();
-        r->backoff_ms = BACKOFF_MIN_MS;
+    if (sl->err != PGSTORE_EDOWN || !sl->connected)
+        return;
+    for (size_t i = 0; i < r->nslots; i++) {
+        struct slot *o = &r->slots[i];
+        if (o == sl || (o->connected && o->job == JOB_NONE)) {
+            o->connected = false;
+            o->next_connect_ms = mono_ms();
+            o->backoff_ms = BACKOFF_MIN_MS;
+        }
     }
+    update_serving(r);
 }
 
 /* --- Jobs, on the worker ---------------------------------------------- */
@@ -193,16 +223,16 @@ static int list_row(void *arg, const struct lease_row *row, bool live)
     return rc >= 0 ? rc : PGSTORE_ENOMEM;
 }
 
-static void run_admin(struct replica *r)
+static void run_admin(struct slot *sl)
 {
-    struct request *req = r->admin;
+    struct request *req = sl->admin;
     struct lease_row row;
     bool live = false, found = false;
     switch (req->op) {
     case OP_GET:
-        r->err = pgstore_get(r->db, req->session, req->session_len, &row,
-                             &live, &found);
-        if (r->err != PGSTORE_OK)
+        sl->err = pgstore_get(sl->db, req->session, req->session_len, &row,
+                              &live, &found);
+        if (sl->err != PGSTORE_OK)
             break;
         if (!found) {
             req->status = REPLY_NOT_FOUND;
@@ -212,14 +242,14 @@ static void run_admin(struct replica *r)
         }
         break;
     case OP_LIST:
-        r->err = pgstore_list(r->db, req->session, req->session_len,
-                              req->page_token, req->page_token_len,
-                              req->page_size + 1, list_row, req);
-        if (r->err == 1)
-            r->err = PGSTORE_OK;
+        sl->err = pgstore_list(sl->db, req->session, req->session_len,
+                               req->page_token, req->page_token_len,
+                               req->page_size + 1, list_row, req);
+        if (sl->err == 1)
+            sl->err = PGSTORE_OK;
         break;
     case OP_STATS:
-        r->err = pgstore_stats(r->db, &r->stats);
+        sl->err = pgstore_stats(sl->db, &sl->stats);
         break;
     default:
         abort();
@@ -228,30 +258,31 @@ static void run_admin(struct replica *r)
 
 static void run_job(uv_work_t *w)
 {
-    struct replica *r = w->data;
-    r->sent_ns = clock_mono_ns();
-    switch (r->job) {
+    struct slot *sl = w->data;
+    sl->sent_ns = clock_mono_ns();
+    switch (sl->job) {
     case JOB_BATCH:
-        r->err = pgstore_decide(r->db, r->calls, r->ncalls, &r->db_now_ns);
+        sl->err =
+            pgstore_decide(sl->db, sl->calls, sl->ncalls, &sl->db_now_ns);
         break;
     case JOB_ADMIN:
-        run_admin(r);
+        run_admin(sl);
         break;
     case JOB_COLLECT:
-        r->err =
-            pgstore_collect(r->db, COLLECT_MAX, &r->collected, &r->expired);
-        if (r->err == PGSTORE_OK)
-            r->err = pgstore_stats(r->db, &r->stats);
+        sl->err = pgstore_collect(sl->db, COLLECT_MAX, &sl->collected,
+                                  &sl->expired);
+        if (sl->err == PGSTORE_OK)
+            sl->err = pgstore_stats(sl->db, &sl->stats);
         break;
     case JOB_CONNECT:
-        r->err = pgstore_connect(r->db, &r->primary);
+        sl->err = pgstore_connect(sl->db, &sl->primary);
         break;
     case JOB_NONE:
         abort();
     }
-    r->done_ns = clock_mono_ns();
-    snprintf(r->errmsg, sizeof(r->errmsg), "%s",
-             r->err != PGSTORE_OK ? pgstore_errmsg(r->db) : "");
+    sl->done_ns = clock_mono_ns();
+    snprintf(sl->errmsg, sizeof(sl->errmsg), "%s",
+             sl->err != PGSTORE_OK ? pgstore_errmsg(sl->db) : "");
 }
 
 /* --- Back on the loop ------------------------------------------------- */
@@ -260,24 +291,24 @@ static void process(struct replica *r);
 static void maybe_finish_close(struct replica *r);
 
 /* A step of the database host's wall clock: its clock moved unlike the
- * monotonic one between two batches, by more than the round trips
- * explain. */
-static void check_clock(struct replica *r)
+ * monotonic one between two batches on one connection, by more than the
+ * round trips explain. */
+static void check_clock(struct slot *sl)
 {
-    int64_t rtt = r->done_ns - r->sent_ns;
-    int64_t offset = r->db_now_ns - r->done_ns;
-    if (r->have_offset) {
-        int64_t moved = offset - r->offset_ns;
-        int64_t slack = CLOCK_STEP_NS + rtt + r->offset_rtt_ns;
+    int64_t rtt = sl->done_ns - sl->sent_ns;
+    int64_t offset = sl->db_now_ns - sl->done_ns;
+    if (sl->have_offset) {
+        int64_t moved = offset - sl->offset_ns;
+        int64_t slack = CLOCK_STEP_NS + rtt + sl->offset_rtt_ns;
         if (moved > slack || moved < -slack) {
             atomic_fetch_add(&metrics.pg_clock_steps, 1);
             log_warn("database_clock_step", "by_ms=%lld",
                      (long long)(moved / 1000000));
         }
     }
-    r->have_offset = true;
-    r->offset_ns = offset;
-    r->offset_rtt_ns = rtt;
+    sl->have_offset = true;
+    sl->offset_ns = offset;
+    sl->offset_rtt_ns = rtt;
 }
 
 static void count_call(const struct pgstore_call *c)
@@ -290,26 +321,27 @@ static void count_call(const struct pgstore_call *c)
         atomic_fetch_add(&metrics.reclaims, 1);
 }
 
-static void batch_done(struct replica *r)
+static void batch_done(struct slot *sl)
 {
-    struct request *list = r->batch;
-    r->batch = NULL;
-    if (r->err == PGSTORE_OK) {
+    struct replica *r = sl->r;
+    struct request *list = sl->batch;
+    sl->batch = NULL;
+    if (sl->err == PGSTORE_OK) {
         metrics_observe(&metrics.pg_round_trip_seconds,
-                        (double)(r->done_ns - r->sent_ns) / 1e9);
-        metrics_observe(&metrics.pg_batch_calls, (double)r->ncalls);
-        check_clock(r);
+                        (double)(sl->done_ns - sl->sent_ns) / 1e9);
+        metrics_observe(&metrics.pg_batch_calls, (double)sl->ncalls);
+        check_clock(sl);
     } else {
-        job_failed(r, "batch");
+        job_failed(sl, "batch");
     }
     size_t i = 0;
     for (struct request *req = list, *next; req != NULL; req = next, i++) {
         next = req->next;
         req->next = NULL;
-        const struct pgstore_call *c = &r->calls[i];
+        const struct pgstore_call *c = &sl->calls[i];
         req->reason[0] = '\0';
         req->needs_sync = false;
-        if (r->err != PGSTORE_OK) {
+        if (sl->err != PGSTORE_OK) {
             unavailable(req, "storage unavailable");
         } else if (c->code == RULES_OK || c->code == RULES_NOOP) {
             count_call(c);
@@ -337,19 +369,20 @@ static void fill_stats(const struct replica *r, struct admin_stats *out,
     out->token_high_water_mark = st->high_water;
     out->uptime_s = (clock_mono_ns() - r->start_mono_ns) / 1000000000;
     out->quarantine_remaining_ms = st->quarantine_remaining_ns / 1000000;
-    out->storage_failing = !r->connected;
+    out->storage_failing = !r->serving;
 }
 
-static void admin_done(struct replica *r)
+static void admin_done(struct slot *sl)
 {
-    struct request *req = r->admin;
-    r->admin = NULL;
-    if (r->err != PGSTORE_OK) {
-        job_failed(r, "admin");
+    struct replica *r = sl->r;
+    struct request *req = sl->admin;
+    sl->admin = NULL;
+    if (sl->err != PGSTORE_OK) {
+        job_failed(sl, "admin");
         unavailable(req, "storage unavailable");
     } else if (req->op == OP_STATS) {
-        r->last_stats = r->stats;
-        fill_stats(r, &req->admin->stats, &r->stats);
+        r->last_stats = sl->stats;
+        fill_stats(r, &req->admin->stats, &sl->stats);
     }
     r->reply(r->reply_arg, req);
 }
@@ -362,56 +395,70 @@ static void update_gauges(const struct pgstore_stats *st)
                  st->quarantine_remaining_ns / 1000000);
 }
 
-static void connect_done(struct replica *r)
+static void collect_done(struct slot *sl)
 {
-    if (r->err != PGSTORE_OK) {
-        job_failed(r, "connect");
-        r->next_connect_ms = mono_ms() + r->backoff_ms;
-        r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
-                                                           : r->backoff_ms * 2;
+    struct replica *r = sl->r;
+    r->collecting = false;
+    if (sl->err != PGSTORE_OK) {
+        job_failed(sl, "collect");
         return;
     }
-    r->have_offset = false; /* another server, maybe another clock */
-    if (r->primary.changed) {
+    atomic_fetch_add(&metrics.expiries, sl->expired);
+    r->last_stats = sl->stats;
+    update_gauges(&sl->stats);
+    if (sl->collected > 0)
+        log_debug("collected", "rows=%zu", sl->collected);
+}
+
+static void connect_done(struct slot *sl)
+{
+    struct replica *r = sl->r;
+    if (sl->err != PGSTORE_OK) {
+        job_failed(sl, "connect");
+        sl->next_connect_ms = mono_ms() + sl->backoff_ms;
+        sl->backoff_ms = sl->backoff_ms * 2 > BACKOFF_MAX_MS
+                             ? BACKOFF_MAX_MS
+                             : sl->backoff_ms * 2;
+        return;
+    }
+    sl->have_offset = false; /* another server, maybe another clock */
+    /* Every connection of the replica sees the change: say it once. */
+    if (sl->primary.changed && sl->primary.started_us != r->primary_seen_us) {
+        r->primary_seen_us = sl->primary.started_us;
         atomic_fetch_add(&metrics.pg_failovers, 1);
         log_warn("database_primary_changed",
                  "quarantine_ms=%lld reason=\"a failover, or the database "
                  "restarted: leases held before wait for the quarantine\"",
-                 (long long)(r->primary.quarantine_remaining_ns / 1000000));
+                 (long long)(sl->primary.quarantine_remaining_ns / 1000000));
     }
-    log_info("database_connected", NULL);
-    set_connected(r, true);
+    log_info("database_connected", "connection=%zu",
+             (size_t)(sl - r->slots) + 1);
+    sl->connected = true;
+    update_serving(r);
 }
 
 static void job_done(uv_work_t *w, int status)
 {
-    struct replica *r = w->data;
-    enum job job = r->job;
-    r->job = JOB_NONE;
+    struct slot *sl = w->data;
+    struct replica *r = sl->r;
+    enum job job = sl->job;
+    sl->job = JOB_NONE;
     if (status != 0) { /* cancelled: never, as nothing cancels it */
-        r->err = PGSTORE_EFAIL;
-        snprintf(r->errmsg, sizeof(r->errmsg), "the job was cancelled");
+        sl->err = PGSTORE_EFAIL;
+        snprintf(sl->errmsg, sizeof(sl->errmsg), "the job was cancelled");
     }
     switch (job) {
     case JOB_BATCH:
-        batch_done(r);
+        batch_done(sl);
         break;
     case JOB_ADMIN:
-        admin_done(r);
+        admin_done(sl);
         break;
     case JOB_COLLECT:
-        if (r->err != PGSTORE_OK) {
-            job_failed(r, "collect");
-            break;
-        }
-        atomic_fetch_add(&metrics.expiries, r->expired);
-        r->last_stats = r->stats;
-        update_gauges(&r->stats);
-        if (r->collected > 0)
-            log_debug("collected", "rows=%zu", r->collected);
+        collect_done(sl);
         break;
     case JOB_CONNECT:
-        connect_done(r);
+        connect_done(sl);
         break;
     case JOB_NONE:
         abort();
@@ -422,10 +469,10 @@ static void job_done(uv_work_t *w, int status)
         process(r);
 }
 
-static void start(struct replica *r, enum job job)
+static void start(struct slot *sl, enum job job)
 {
-    r->job = job;
-    uv_queue_work(r->loop, &r->work, run_job, job_done);
+    sl->job = job;
+    uv_queue_work(sl->r->loop, &sl->work, run_job, job_done);
 }
 
 /* Without a connection, nothing waits: every call is answered at once,
@@ -448,18 +495,11 @@ static void refuse_all(struct replica *r)
     }
 }
 
-/* Starts the next job, if none is in flight. */
-static void process(struct replica *r)
+/* Gives connected slot sl, idle, the next work: an admin call (its turn,
+ * or nothing else to do), a batch, or a due collection. Returns false
+ * when there is none. */
+static bool give_work(struct replica *r, struct slot *sl)
 {
-    if (!r->connected)
-        refuse_all(r);
-    if (r->job != JOB_NONE || r->closing)
-        return;
-    if (!r->connected) {
-        if (mono_ms() >= r->next_connect_ms)
-            start(r, JOB_CONNECT);
-        return;
-    }
     if (r->admins.head != NULL && (r->admin_turn || r->leases.head == NULL)) {
         struct request *req = pop(&r->admins);
         r->admin_turn = false;
@@ -471,19 +511,18 @@ static void process(struct replica *r)
         if (req->admin == NULL) {
             unavailable(req, "out of memory");
             r->reply(r->reply_arg, req);
-            process(r);
-            return;
+            return true;
         }
-        r->admin = req;
-        start(r, JOB_ADMIN);
-        return;
+        sl->admin = req;
+        start(sl, JOB_ADMIN);
+        return true;
     }
     if (r->leases.head != NULL) {
-        struct request **tail = &r->batch;
-        r->ncalls = 0;
-        while (r->ncalls < MAX_BATCH && r->leases.head != NULL) {
+        struct request **tail = &sl->batch;
+        sl->ncalls = 0;
+        while (sl->ncalls < MAX_BATCH && r->leases.head != NULL) {
             struct request *req = pop(&r->leases);
-            r->calls[r->ncalls++] = (struct pgstore_call){
+            sl->calls[sl->ncalls++] = (struct pgstore_call){
                 .op = rules_op_of(req->op),
                 .session = req->session,
                 .session_len = req->session_len,
@@ -495,16 +534,40 @@ static void process(struct replica *r)
             tail = &req->next;
         }
         r->admin_turn = true;
-        start(r, JOB_BATCH);
-        return;
+        start(sl, JOB_BATCH);
+        return true;
     }
-    if (mono_ms() >= r->next_collect_ms) {
+    if (!r->collecting && mono_ms() >= r->next_collect_ms) {
         int64_t every = r->ttl_ns / 1000000;
         every = every < COLLECT_MIN_MS   ? COLLECT_MIN_MS
                 : every > COLLECT_MAX_MS ? COLLECT_MAX_MS
                                          : every;
         r->next_collect_ms = mono_ms() + every;
-        start(r, JOB_COLLECT);
+        r->collecting = true;
+        start(sl, JOB_COLLECT);
+        return true;
+    }
+    return false;
+}
+
+/* Starts what the idle slots can do. */
+static void process(struct replica *r)
+{
+    if (!r->serving)
+        refuse_all(r);
+    if (r->closing)
+        return;
+    for (size_t i = 0; i < r->nslots; i++) {
+        struct slot *sl = &r->slots[i];
+        if (sl->job != JOB_NONE)
+            continue;
+        if (!sl->connected) {
+            if (mono_ms() >= sl->next_connect_ms)
+                start(sl, JOB_CONNECT);
+            continue;
+        }
+        while (sl->job == JOB_NONE && give_work(r, sl))
+            ;
     }
 }
 
@@ -523,23 +586,37 @@ static void on_tick(uv_timer_t *t)
     process(t->data);
 }
 
-struct replica *replica_create(uv_loop_t *loop, struct pgstore *db,
-                               int64_t ttl_ns)
+struct replica *replica_create(uv_loop_t *loop, struct pgstore *const *dbs,
+                               size_t n, int64_t ttl_ns)
 {
+    assert(n >= 1 && n <= REPLICA_MAX_CONNECTIONS);
     struct replica *r = calloc(1, sizeof(*r));
-    if (r != NULL)
-        r->calls = calloc(MAX_BATCH, sizeof(*r->calls));
-    if (r == NULL || r->calls == NULL) {
-        pgstore_close(db);
+    bool ok = r != NULL;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (r->slots[i].calls = calloc(MAX_BATCH,
+                                         sizeof(*r->slots[i].calls))) !=
+             NULL;
+    if (!ok) {
+        for (size_t i = 0; i < n; i++) {
+            pgstore_close(dbs[i]);
+            if (r != NULL)
+                free(r->slots[i].calls);
+        }
         free(r);
         return NULL;
     }
     r->loop = loop;
-    r->db = db;
     r->ttl_ns = ttl_ns;
-    r->work.data = r;
-    r->connected = true;
-    r->backoff_ms = BACKOFF_MIN_MS;
+    r->nslots = n;
+    for (size_t i = 0; i < n; i++) {
+        struct slot *sl = &r->slots[i];
+        sl->r = r;
+        sl->db = dbs[i];
+        sl->work.data = sl;
+        sl->connected = true;
+        sl->backoff_ms = BACKOFF_MIN_MS;
+    }
+    r->serving = true;
     r->start_mono_ns = clock_mono_ns();
     r->next_collect_ms = mono_ms();
     metrics.postgres = true;
@@ -565,8 +642,10 @@ static void on_timer_closed(uv_handle_t *h)
     struct replica *r = h->data;
     void (*done)(void *) = r->done;
     void *arg = r->done_arg;
-    pgstore_close(r->db);
-    free(r->calls);
+    for (size_t i = 0; i < r->nslots; i++) {
+        pgstore_close(r->slots[i].db);
+        free(r->slots[i].calls);
+    }
     free(r);
     done(arg);
 }
@@ -574,8 +653,9 @@ static void on_timer_closed(uv_handle_t *h)
 /* Closes once no job is in flight. */
 static void maybe_finish_close(struct replica *r)
 {
-    if (r->job != JOB_NONE)
-        return;
+    for (size_t i = 0; i < r->nslots; i++)
+        if (r->slots[i].job != JOB_NONE)
+            return;
     assert(r->leases.head == NULL && r->admins.head == NULL);
     uv_close((uv_handle_t *)&r->timer, on_timer_closed);
 }

@@ -9,6 +9,7 @@
 #define LEASED_REPLICA_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -17,11 +18,14 @@
 struct replica;
 struct pgstore;
 
-/* Creates a replica on loop over db (connected; taken: closed by the
- * replica). ttl_ns is the lease lifetime the database was opened with.
- * Returns NULL when out of memory (db is closed then too). */
-struct replica *replica_create(uv_loop_t *loop, struct pgstore *db,
-                               int64_t ttl_ns);
+#define REPLICA_MAX_CONNECTIONS 16
+
+/* Creates a replica on loop over n (1..REPLICA_MAX_CONNECTIONS)
+ * connections to one database, dbs[0..n) (connected; taken: closed by the
+ * replica). ttl_ns is the lease lifetime they were opened with. Returns
+ * NULL when out of memory (the stores are closed then too). */
+struct replica *replica_create(uv_loop_t *loop, struct pgstore *const *dbs,
+                               size_t n, int64_t ttl_ns);
 
 /* As server_set_reply(); fatal is never called (a lost database is a
  * storage failure the replica recovers from by reconnecting). */

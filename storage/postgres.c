@@ -448,6 +448,7 @@ static int setup(struct pgstore *p, struct pgstore_primary *primary)
     p->connecting_started_us = started;
     if (primary != NULL) {
         primary->changed = changed;
+        primary->started_us = started;
         primary->quarantine_remaining_ns = remaining;
     }
     return PGSTORE_OK;

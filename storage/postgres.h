@@ -58,6 +58,7 @@ struct pgstore_primary {
      * database): takeovers of leases that were held wait until the
      * quarantine stored with the first replica to see it ends. */
     bool changed;
+    int64_t started_us; /* the primary's pg_postmaster_start_time() */
     int64_t quarantine_remaining_ns; /* 0 when none */
 };
 

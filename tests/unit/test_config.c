@@ -81,6 +81,7 @@ TEST(defaults)
     CHECK(cfg.postgres == NULL);
     CHECK_EQ_I64(cfg.max_skew_ns, 500 * MS);
     CHECK_EQ_I64(cfg.pg_timeout_ns, 2000 * MS);
+    CHECK_EQ_I64(cfg.pg_connections, 2);
     CHECK_EQ_I64(cfg.limits.max_streams, 1024);
     CHECK_EQ_I64(cfg.limits.max_metadata_bytes, 16384);
     CHECK_EQ_I64(cfg.limits.keepalive_min_ns, 5000 * MS);
@@ -349,6 +350,9 @@ TEST(every_option_by_flag_and_variable)
     CHECK_STR(c[0].import_from, "/old");
     CHECK_STR(c[1].import_from, "/old");
     unsetenv("LEASED_POSTGRES");
+    CHECK(both(c, "postgres-connections", "LEASED_POSTGRES_CONNECTIONS",
+               "4"));
+    CHECK(c[0].pg_connections == 4 && c[1].pg_connections == 4);
     CHECK(both(c, "postgres-timeout", "LEASED_POSTGRES_TIMEOUT", "750ms"));
     CHECK(c[0].pg_timeout_ns == 750 * MS && c[1].pg_timeout_ns == 750 * MS);
     CHECK(both(c, "max-streams", "LEASED_MAX_STREAMS", "10"));
