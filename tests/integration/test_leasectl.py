@@ -442,9 +442,12 @@ def test_hold_keeps_renewing_and_a_second_holder_waits():
 def test_hold_stops_the_command_when_the_lease_is_lost():
     with Leased(ttl="1s") as d:
         time.sleep(1.1)
-        p = hold(d, "h3", "--owner", "a", "--grace", "1s", "--", "sleep",
-                 "60")
-        time.sleep(0.3)
+        # Stopped once its command runs, that is once it holds the lease
+        # (not after a fixed wait: a loaded machine starts it later).
+        started = os.path.join(d.data_dir, "started")
+        p = hold(d, "h3", "--owner", "a", "--grace", "1s", "--", "sh", "-c",
+                 'touch "$1"; exec sleep 60', "sh", started)
+        d.wait_file(started)
         p.send_signal(signal.SIGSTOP)  # leasectl cannot renew now
         time.sleep(1.5)
         taken = ctl_json(d, "acquire", "h3", "--owner", "b")
