@@ -4,6 +4,19 @@
 #
 #   leased     build/daemon/leased, its default durability (every takeover
 #              and release fsynced), --ttl 30s
+#   leased-pg  the same daemon with --postgres: one replica over a
+#              PostgreSQL 15 of its own (Debian's binaries, a new cluster
+#              per run: initdb, then postgres on 127.0.0.1), PostgreSQL's
+#              default durability (fsync and synchronous_commit on; no
+#              standby: a commit is on one disk), --ttl 30s
+#   leased-pg2 two such replicas over the same database. leasebench takes
+#              one address, so two leasebench processes run at once, one
+#              per replica, each with half the concurrency and sessions
+#              (so two client threads and two connections in all): their
+#              ops/s add up, and the table shows the larger of their two
+#              p50s, p99s and p999s (the merged percentile is at most
+#              that). At concurrency 1 only one runs, against the first
+#              replica; in contend, each races for its own few sessions.
 #   null       build/tests/bench/leasebench-null: the same protocol, no
 #              storage (the ceiling of the transport)
 #   etcd       Debian's etcd-server (3.4), single member, default
@@ -15,20 +28,24 @@
 #
 # Rounds are interleaved: round 1 runs every workload and concurrency
 # against every system in turn, then round 2, and so on. Each run gets its
-# own server, started on 127.0.0.1 with a fresh data directory (removed
-# after it), so that no system's leftovers (expiring leases, compaction)
-# run beside another's measurement. The table shows the medians of the
-# rounds and each system's ops/s as a ratio to leased's.
+# own server (leased-pg and leased-pg2: their own PostgreSQL and
+# replicas), started on 127.0.0.1 with a fresh data directory (removed
+# after it), so that no system's leftovers (expiring leases, compaction,
+# dead rows) run beside another's measurement. The table shows the
+# medians of the rounds and each system's ops/s as a ratio to leased's.
 #
 #   tests/bench/compare.sh [--workloads "renew churn"] [--concurrency "1 16 64 256"]
 #       [--rounds 3] [--duration 10s] [--warmup 2s] [--sessions 1024]
-#       [--connections 1] [--threads 1] [--systems "leased null etcd redis redis-aof"]
+#       [--connections 1] [--threads 1]
+#       [--systems "leased leased-pg leased-pg2 null etcd redis redis-aof"]
 #       [--build DIR] [--out DIR]
 #
-# Installs etcd-server and redis-server with apt-get when missing (as
-# root). Servers listen on 127.0.0.1 only; all are killed on exit. Data
-# directories live under $TMPDIR (default /tmp): keep it on the disk you
-# mean to measure (not a tmpfs).
+# Installs etcd-server, redis-server and postgresql-15 (without its
+# system cluster) with apt-get when missing (as root). PostgreSQL refuses
+# to run as root: then initdb and postgres run as Debian's `postgres`
+# user (setpriv). Servers listen on 127.0.0.1 only; all are stopped on
+# exit. Data directories live under $TMPDIR (default /tmp): keep it on
+# the disk you mean to measure (not a tmpfs).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -41,9 +58,10 @@ warmup=2s
 sessions=1024
 connections=1
 threads=1
-systems="leased null etcd redis redis-aof"
+systems="leased leased-pg leased-pg2 null etcd redis redis-aof"
 out=
 python=/usr/bin/python3
+pgbin=/usr/lib/postgresql/15/bin
 
 usage() {
   sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
@@ -93,6 +111,7 @@ for sys in $systems; do
   case "$sys" in
     etcd) command -v etcd >/dev/null || need+=(etcd-server) ;;
     redis|redis-aof) command -v redis-server >/dev/null || need+=(redis-server) ;;
+    leased-pg|leased-pg2) [ -x "$pgbin/postgres" ] || need+=(postgresql-15) ;;
     leased|null) ;;
     *) echo "compare: unknown system $sys" >&2; exit 2 ;;
   esac
@@ -104,7 +123,16 @@ if [ ${#need[@]} -gt 0 ]; then
     exit 1
   fi
   echo "compare: installing ${need[*]}" >&2
-  export DEBIAN_FRONTEND=noninteractive
+  # postgresql-15 would create and start a system cluster (15/main) too,
+  # unless postgresql-common's createcluster.conf, written before that
+  # package comes and kept by ucf, says not to (as tools/deps.sh does).
+  if [[ " ${need[*]} " = *" postgresql-15 "* ]] &&
+     [ "$(dpkg-query -W -f='${Status}' postgresql-common 2>/dev/null)" != \
+       "install ok installed" ]; then
+    mkdir -p /etc/postgresql-common
+    echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.conf
+  fi
+  export DEBIAN_FRONTEND=noninteractive UCF_FORCE_CONFFOLD=1
   timeout 600 apt-get update -qq
   timeout 600 apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
@@ -112,27 +140,48 @@ fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/leased-compare.XXXXXX")
 results=$work/results
 mkdir -p "$results"
-server_pid=
-bench_pid=
+# The server processes of the run, in the order they started, and the
+# signal that stops each; stopped in the opposite order (leased replicas
+# before their PostgreSQL).
+server_pids=()
+server_sigs=()
+bench_pids=()
+
+# As root, what PostgreSQL runs as (it refuses root), and the directories
+# it needs reachable: $work only traversable by others.
+as_postgres=()
+if [ "$(id -u)" -eq 0 ]; then
+  as_postgres=(--reuid=postgres --regid=postgres --init-groups)
+  chmod 711 "$work"
+fi
+# libpq's variables (PGOPTIONS could turn synchronous_commit off) stay out
+# of leased and the PostgreSQL tools: the conninfo says all.
+for v in $(compgen -e); do
+  case "$v" in PG*) unset "$v" ;; esac
+done
 
 stop_server() {
-  if [ -n "$server_pid" ]; then
-    kill -TERM "$server_pid" 2>/dev/null || true
+  local i pid
+  for ((i = ${#server_pids[@]} - 1; i >= 0; i--)); do
+    pid=${server_pids[i]}
+    kill -"${server_sigs[i]}" "$pid" 2>/dev/null || true
     for _ in $(seq 100); do
-      kill -0 "$server_pid" 2>/dev/null || break
+      kill -0 "$pid" 2>/dev/null || break
       sleep 0.1
     done
-    kill -KILL "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-    server_pid=
-  fi
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  server_pids=()
+  server_sigs=()
 }
 
 cleanup() {
-  if [ -n "$bench_pid" ]; then
-    kill -TERM "$bench_pid" 2>/dev/null || true
-    wait "$bench_pid" 2>/dev/null || true
-  fi
+  local pid
+  for pid in "${bench_pids[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
   stop_server
   if [ -n "$out" ]; then
     mkdir -p "$out"
@@ -153,10 +202,10 @@ for _ in range(int(sys.argv[1])):
 print(" ".join(str(s.getsockname()[1]) for s in socks))' "$1"
 }
 
-# Waits (at most 30 s) until the server answers: gRPC port open (leased,
-# null), /health true (etcd), PONG (redis).
+# Waits (at most 30 s) until the server (pid $3) answers: gRPC port open
+# (leased, null), /health true (etcd), PONG (redis).
 wait_ready() {
-  "$python" - "$1" "$2" "$server_pid" <<'EOF'
+  "$python" - "$1" "$2" "$3" <<'EOF'
 import os, socket, sys, time, urllib.request
 kind, port, pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 until = time.monotonic() + 30
@@ -192,24 +241,73 @@ server_failed() {
   exit 1
 }
 
-# Starts system $1 with data under $2; sets server_pid and url.
+# Server process $1 started; signal $2 stops it.
+started() {
+  server_pids+=("$1")
+  server_sigs+=("$2")
+}
+
+# A PostgreSQL 15 cluster of its own in $1 (new: initdb), on a free port
+# of 127.0.0.1 (and a unix socket in $1), with a database `leased` its
+# superuser `leased` owns (trust: loopback only); sets pgconn. Its
+# default durability: fsync, synchronous_commit on. initdb's files reach
+# the disk before it starts (one syncfs, not initdb's fsync per file:
+# 2.5 s less a run). It stops fast on SIGINT, and gets one if this
+# script dies without stopping it.
+start_postgres() {
+  local dir=$1 port pid
+  [ ${#as_postgres[@]} -eq 0 ] || chown postgres:postgres "$dir"
+  (cd "$dir" && exec setpriv "${as_postgres[@]}" "$pgbin/initdb" \
+     -D "$dir/data" -U leased -A trust -E UTF8 --no-locale --no-sync) \
+    >>"$dir.log" 2>&1 || server_failed "$dir"
+  sync -f "$dir/data"
+  port=$(free_ports 1)
+  (cd "$dir" && exec setpriv --pdeathsig INT "${as_postgres[@]}" \
+     "$pgbin/postgres" -D "$dir/data" -p "$port" -k "$dir" \
+     -c listen_addresses=127.0.0.1) >>"$dir.log" 2>&1 &
+  pid=$!
+  started "$pid" INT
+  for _ in $(seq 300); do
+    kill -0 "$pid" 2>/dev/null || server_failed "$dir"
+    "$pgbin/pg_isready" -q -h 127.0.0.1 -p "$port" && break
+    sleep 0.1
+  done
+  "$pgbin/createdb" -h 127.0.0.1 -p "$port" -U leased leased \
+    >>"$dir.log" 2>&1 || server_failed "$dir"
+  pgconn="host=127.0.0.1 port=$port user=leased dbname=leased"
+}
+
+# Starts system $1 with data under $2; sets urls (one per replica).
 start_server() {
   local sys=$1 dir=$2 port peer
   mkdir -p "$dir"
+  urls=()
   case "$sys" in
     leased)
       port=$(free_ports 1)
       "$leased" --listen "127.0.0.1:$port" --data-dir "$dir" --ttl 30s \
         --log-level warn >"$dir.log" 2>&1 &
-      server_pid=$!
-      url=leased://127.0.0.1:$port
-      wait_ready grpc "$port" || server_failed "$dir" ;;
+      started $! TERM
+      urls=("leased://127.0.0.1:$port")
+      wait_ready grpc "$port" "$!" || server_failed "$dir" ;;
+    leased-pg|leased-pg2)
+      start_postgres "$dir"
+      local replicas=1
+      [ "$sys" = leased-pg2 ] && replicas=2
+      for _ in $(seq "$replicas"); do
+        port=$(free_ports 1)
+        "$leased" --listen "127.0.0.1:$port" --postgres "$pgconn" --ttl 30s \
+          --log-level warn >>"$dir.log" 2>&1 &
+        started $! TERM
+        urls+=("leased://127.0.0.1:$port")
+        wait_ready grpc "$port" "$!" || server_failed "$dir"
+      done ;;
     null)
       port=$(free_ports 1)
       "$null_server" --listen "127.0.0.1:$port" >"$dir.log" 2>&1 &
-      server_pid=$!
-      url=null://127.0.0.1:$port
-      wait_ready grpc "$port" || server_failed "$dir" ;;
+      started $! TERM
+      urls=("null://127.0.0.1:$port")
+      wait_ready grpc "$port" "$!" || server_failed "$dir" ;;
     etcd)
       read -r port peer < <(free_ports 2)
       etcd --name leasebench --data-dir "$dir" \
@@ -219,19 +317,51 @@ start_server() {
         --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
         --initial-cluster "leasebench=http://127.0.0.1:$peer" \
         --initial-cluster-state new >"$dir.log" 2>&1 &
-      server_pid=$!
-      url=etcd://127.0.0.1:$port
-      wait_ready etcd "$port" || server_failed "$dir" ;;
+      started $! TERM
+      urls=("etcd://127.0.0.1:$port")
+      wait_ready etcd "$port" "$!" || server_failed "$dir" ;;
     redis|redis-aof)
       port=$(free_ports 1)
       local extra=()
       [ "$sys" = redis-aof ] && extra=(--appendonly yes --appendfsync always)
       redis-server --port "$port" --bind 127.0.0.1 --save '' --dir "$dir" \
         --daemonize no "${extra[@]}" >"$dir.log" 2>&1 &
-      server_pid=$!
-      url=redis://127.0.0.1:$port
-      wait_ready redis "$port" || server_failed "$dir" ;;
+      started $! TERM
+      urls=("redis://127.0.0.1:$port")
+      wait_ready redis "$port" "$!" || server_failed "$dir" ;;
   esac
+}
+
+# The leasebench runs $1.part1.json … $1.part$2.json of one run, against
+# the replicas of one database at once, as one result in $1.json: ops and
+# ops/s summed, each latency percentile the largest of the parts' (the
+# percentile of all calls together lies between the parts' smallest and
+# largest). No $1.json when a part gave no result.
+merge_parts() {
+  "$python" - "$1" "$2" <<'EOF'
+import json, sys
+base, n = sys.argv[1], int(sys.argv[2])
+parts = []
+for i in range(1, n + 1):
+    with open("%s.part%d.json" % (base, i)) as f:
+        parts.append(json.loads(f.read()))
+merged = dict(parts[0])
+merged["target"] = " ".join(p["target"] for p in parts)
+for k in ("sessions", "concurrency", "connections", "threads", "ops",
+          "ops_per_sec", "acquire", "renew", "release", "held", "errors",
+          "client_cpu"):
+    merged[k] = sum(p[k] for p in parts)
+for k in ("seconds", "p50_us", "p99_us", "p999_us"):
+    merged[k] = max(p[k] for p in parts)
+by_status = {}
+for p in parts:
+    for k, v in p["errors_by_status"].items():
+        by_status[k] = by_status.get(k, 0) + v
+merged["errors_by_status"] = by_status
+merged["parts"] = parts
+with open(base + ".json", "w") as f:
+    f.write(json.dumps(merged) + "\n")
+EOF
 }
 
 total=0
@@ -257,18 +387,35 @@ for round in $(seq "$rounds"); do
         [ "$workload" = contend ] || sess=(--sessions "$sessions")
         base=$results/$sys.$workload.$conc.$round
         echo "compare: [$n/$total] round $round $workload c=$conc $sys" >&2
+        # One leasebench per replica (leased-pg2), each with its share of
+        # the calls in flight and of the sessions; one when there is one
+        # call in flight.
+        parts=${#urls[@]}
+        [ "$conc" -ge "$parts" ] || parts=1
         rc=0
-        timeout -k 5 "$run_bound" "$leasebench" --target "$url" \
-          --workload "$workload" "${sess[@]}" --concurrency "$conc" \
-          --connections "$connections" --threads "$threads" \
-          --duration "$duration" --warmup "$warmup" --json \
-          >"$base.json" 2>"$base.err" &
-        bench_pid=$!  # waited for in the background: a signal stops it
-        wait "$bench_pid" || rc=$?
-        bench_pid=
+        for i in $(seq 0 $((parts - 1))); do
+          out_i=$base
+          [ "$parts" -eq 1 ] || out_i=$base.part$((i + 1))
+          sess_i=("${sess[@]}")
+          [ ${#sess[@]} -eq 0 ] || [ "$parts" -eq 1 ] ||
+            sess_i=(--sessions $((sessions / parts + (i < sessions % parts))))
+          timeout -k 5 "$run_bound" "$leasebench" --target "${urls[i]}" \
+            --workload "$workload" "${sess_i[@]}" \
+            --concurrency $((conc / parts + (i < conc % parts))) \
+            --connections "$connections" --threads "$threads" \
+            --duration "$duration" --warmup "$warmup" --json \
+            >"$out_i.json" 2>"$out_i.err" &
+          bench_pids+=($!)  # waited for in the background: a signal stops it
+        done
+        for i in "${!bench_pids[@]}"; do
+          wait "${bench_pids[i]}" || { r=$?; [ "$rc" -ne 0 ] || rc=$r; }
+        done
+        bench_pids=()
+        [ "$parts" -eq 1 ] || merge_parts "$base" "$parts" || true
         echo "$rc" >"$base.rc"
         if [ "$rc" -ne 0 ]; then
-          echo "compare: leasebench exited $rc: $(head -c 300 "$base.err")" >&2
+          echo "compare: leasebench exited $rc:" \
+            "$(cat "$base".err "$base".part*.err 2>/dev/null | head -c 300)" >&2
         fi
         stop_server
         [ "$rc" -eq 0 ] || cp "$dir.log" "$base.server.log" 2>/dev/null || true
@@ -310,6 +457,9 @@ if "etcd" in systems:
     print("etcd: " + version(["etcd", "--version"]))
 if "redis" in systems or "redis-aof" in systems:
     print("redis: " + version(["redis-server", "--version"]))
+if "leased-pg" in systems or "leased-pg2" in systems:
+    print("postgres: " + version(["/usr/lib/postgresql/15/bin/postgres",
+                                  "--version"]))
 print("runs: %s rounds interleaved, --duration %s --warmup %s --sessions %s "
       "(contend: leasebench's default) --connections %s --threads %s; "
       "medians of the rounds" % (rounds, duration, warmup, sessions,
@@ -355,4 +505,9 @@ print("errors: failed operations summed over the rounds (+N failed: runs "
       "that gave no result); vs leased: median ops/s over leased's.")
 print("redis: default config, no persistence (--save ''); redis-aof: "
       "--appendonly yes --appendfsync always.")
+if "leased-pg" in systems or "leased-pg2" in systems:
+    print("leased-pg: one replica over a local PostgreSQL (fsync, "
+          "synchronous_commit on); leased-pg2: two replicas over it, one "
+          "leasebench per replica with half the calls in flight (one at "
+          "conc 1): ops/s summed, percentiles the larger of the two.")
 EOF
