@@ -360,10 +360,22 @@ static int setup(struct pgstore *p, struct pgstore_primary *primary)
     if (err == PGSTORE_OK)
         err = exec_sql(p, "SELECT pg_advisory_xact_lock(1818583411, 1)",
                        "locking the schema");
-    if (err == PGSTORE_OK)
+    /* Asked first, not CREATE … IF NOT EXISTS, which needs the right to
+     * create even when the table is there: a role that may only use the
+     * schema (docs/ha.md) can start once another made it. */
+    bool exists = false;
+    if (err == PGSTORE_OK) {
+        if (!send_sql(p, "SELECT to_regclass('leased_meta') IS NOT NULL"))
+            return down(p, "reading the schema");
+        if ((err = finish(p, 1, "reading the schema")) == PGSTORE_OK) {
+            exists = PQgetvalue(p->res[0], 0, 0)[0] != 0;
+            clear_results(p, 1);
+        }
+    }
+    if (err == PGSTORE_OK && !exists)
         err = exec_sql(p,
-                       "CREATE TABLE IF NOT EXISTS leased_meta ("
-                       "key text PRIMARY KEY, value bigint NOT NULL)",
+                       "CREATE TABLE leased_meta (key text PRIMARY KEY, "
+                       "value bigint NOT NULL)",
                        "creating the schema");
     int64_t version = 0;
     bool found = false;
@@ -406,8 +418,8 @@ static int setup(struct pgstore *p, struct pgstore_primary *primary)
         return txn_failed(p, PGSTORE_EFAIL);
     }
     /* A different server than the last one seen: quarantine what was
-     * held (see the top of this file), measured on this server's clock
-     * and stored for every replica to honour. */
+     * held (pgsql.c says why), measured on this server's clock and stored
+     * for every replica to honour. */
     snprintf(sql, sizeof(sql),
              "WITH now AS (SELECT (extract(epoch FROM "
              "pg_postmaster_start_time()) * 1000000)::bigint AS started), "

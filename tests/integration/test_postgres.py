@@ -247,6 +247,25 @@ def test_bad_configuration_is_refused_clearly():
                        "LIKE 'leased%'", dbname=name) == "0"
 
 
+def test_a_role_with_table_rights_only_uses_a_made_schema():
+    # docs/ha.md: after the first start, the rights on the tables (and
+    # EXECUTE on the functions, which every role has) are enough.
+    server = harness.shared_postgres()
+    name, conninfo = new_database()
+    with Leased(ttl="20s", postgres=conninfo) as d:
+        d.client().acquire("made", "alice")
+    role = unique("pgtest_user")
+    password = "Table-Rights-6620"
+    server.add_role(role, password=password)
+    server.psql("GRANT SELECT, INSERT, UPDATE, DELETE ON leased_leases, "
+                "leased_meta TO %s" % role, dbname=name)
+    with Leased(ttl="20s", postgres=server.conninfo(
+            user=role, password=password, dbname=name)) as d:
+        c = d.client()
+        expect_code(HELD, c.acquire, "made", "bob")
+        assert c.acquire("new", "bob").token == 1
+
+
 # --- 5. The database stops ----------------------------------------------
 
 def test_database_paused_then_resumed():
