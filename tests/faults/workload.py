@@ -41,6 +41,48 @@ DEFINITE = {grpc.StatusCode.FAILED_PRECONDITION,
 RECONNECT_EVERY = 0.1
 
 
+def stubs(channel):
+    """The lease calls on channel, by op name."""
+    svc = harness.SERVICE
+    return {
+        "acquire": channel.unary_unary(svc + "Acquire",
+                                       pb.AcquireRequest.SerializeToString,
+                                       pb.LeaseResponse.FromString),
+        "renew": channel.unary_unary(svc + "Renew",
+                                     pb.RenewRequest.SerializeToString,
+                                     pb.LeaseResponse.FromString),
+        "release": channel.unary_unary(svc + "Release",
+                                       pb.ReleaseRequest.SerializeToString,
+                                       pb.ReleaseResponse.FromString),
+    }
+
+
+def timed_call(calls, op, session, owner, token, deadline):
+    """One call through stubs(): the history record of it (checker.py's
+    format) and its gRPC status code."""
+    if op == "acquire":
+        req = pb.AcquireRequest(session_id=session, owner=owner)
+    else:
+        lease = pb.Lease(session_id=session, owner=owner, token=token)
+        req = (pb.RenewRequest if op == "renew"
+               else pb.ReleaseRequest)(lease=lease)
+    inv = time.monotonic()
+    rtoken = None
+    try:
+        reply = calls[op](req, timeout=deadline)
+        code = grpc.StatusCode.OK
+        if op != "release":
+            rtoken = reply.lease.token
+    except grpc.RpcError as e:
+        code = e.code()
+    ret = time.monotonic()
+    result = ("ok" if code == grpc.StatusCode.OK
+              else "fail" if code in DEFINITE else "unknown")
+    return {"type": "op", "proc": owner, "op": op, "session": session,
+            "owner": owner, "token": token, "inv": inv, "ret": ret,
+            "result": result, "code": code.name, "rtoken": rtoken}, code
+
+
 class Worker:
     def __init__(self, args):
         self.args = args
@@ -60,49 +102,18 @@ class Worker:
         if self.channel is not None:
             self.channel.close()
         self.reconnected = time.monotonic()
-        ch = self.channel = grpc.insecure_channel(self.args.addr)
-        svc = harness.SERVICE
-        self.calls = {
-            "acquire": ch.unary_unary(svc + "Acquire",
-                                      pb.AcquireRequest.SerializeToString,
-                                      pb.LeaseResponse.FromString),
-            "renew": ch.unary_unary(svc + "Renew",
-                                    pb.RenewRequest.SerializeToString,
-                                    pb.LeaseResponse.FromString),
-            "release": ch.unary_unary(svc + "Release",
-                                      pb.ReleaseRequest.SerializeToString,
-                                      pb.ReleaseResponse.FromString),
-        }
+        self.channel = grpc.insecure_channel(self.args.addr)
+        self.calls = stubs(self.channel)
 
     def call(self, op, session, token=None):
         """One call, recorded; returns (result, reply token)."""
-        owner = self.args.owner
-        if op == "acquire":
-            req = pb.AcquireRequest(session_id=session, owner=owner)
-        else:
-            lease = pb.Lease(session_id=session, owner=owner, token=token)
-            req = (pb.RenewRequest if op == "renew"
-                   else pb.ReleaseRequest)(lease=lease)
-        inv = time.monotonic()
-        rtoken = None
-        try:
-            reply = self.calls[op](req, timeout=self.deadline)
-            code = grpc.StatusCode.OK
-            if op != "release":
-                rtoken = reply.lease.token
-        except grpc.RpcError as e:
-            code = e.code()
-        ret = time.monotonic()
-        result = ("ok" if code == grpc.StatusCode.OK
-                  else "fail" if code in DEFINITE else "unknown")
+        rec, code = timed_call(self.calls, op, session, self.args.owner,
+                               token, self.deadline)
         if (code == grpc.StatusCode.UNAVAILABLE and
-                ret - self.reconnected > RECONNECT_EVERY):
+                rec["ret"] - self.reconnected > RECONNECT_EVERY):
             self.connect()
-        self.out.write(json.dumps({
-            "type": "op", "proc": owner, "op": op, "session": session,
-            "owner": owner, "token": token, "inv": inv, "ret": ret,
-            "result": result, "code": code.name, "rtoken": rtoken}) + "\n")
-        return result, rtoken, inv
+        self.out.write(json.dumps(rec) + "\n")
+        return rec["result"], rec["rtoken"], rec["inv"]
 
     def pause(self, lo, hi):
         time.sleep(self.ttl * self.rng.uniform(lo, hi))

@@ -66,6 +66,7 @@ import pg
 
 sys.path.insert(0, os.path.join(harness.ROOT, "tests", "faults"))
 import checker  # noqa: E402
+import workload  # noqa: E402
 
 PYTHON = "/usr/bin/python3"  # Debian's, with python3-grpcio
 WORKLOAD = os.path.join(harness.ROOT, "tests", "faults", "workload.py")
@@ -79,8 +80,6 @@ STICKY_WORKERS = 10        # the first 4 hold, 6 compete (3 per replica)
 WORKLOAD_WORKERS = 4
 BEFORE = 2 * TTL           # load before the kill, once settled
 AFTER = 2 * TTL + SKEW + 1.5  # load after the promotion
-DEFINITE = {grpc.StatusCode.FAILED_PRECONDITION,
-            grpc.StatusCode.INVALID_ARGUMENT}
 
 
 class History:
@@ -136,49 +135,17 @@ class Sticky(threading.Thread):
             self.error = repr(e)
 
     def _run(self):
-        svc = harness.SERVICE
-        pb = harness.pb
         ch = grpc.insecure_channel(self.addr)
-        acquire = ch.unary_unary(svc + "Acquire",
-                                 pb.AcquireRequest.SerializeToString,
-                                 pb.LeaseResponse.FromString)
-        renew = ch.unary_unary(svc + "Renew",
-                               pb.RenewRequest.SerializeToString,
-                               pb.LeaseResponse.FromString)
-        release = ch.unary_unary(svc + "Release",
-                                 pb.ReleaseRequest.SerializeToString,
-                                 pb.ReleaseResponse.FromString)
+        calls = workload.stubs(ch)
         out = open(self.out_path, "a", buffering=1)
 
         def call(op, session, token=None):
-            if op == "acquire":
-                fn, req = acquire, pb.AcquireRequest(session_id=session,
-                                                     owner=self.owner)
-            else:
-                lease = pb.Lease(session_id=session, owner=self.owner,
-                                 token=token)
-                fn, req = ((renew, pb.RenewRequest(lease=lease))
-                           if op == "renew" else
-                           (release, pb.ReleaseRequest(lease=lease)))
             self.calls += 1
-            inv = time.monotonic()
-            rtoken = None
-            try:
-                reply = fn(req, timeout=CALL_DEADLINE)
-                code = grpc.StatusCode.OK
-                if op != "release":
-                    rtoken = reply.lease.token
-            except grpc.RpcError as e:
-                code = e.code()
-            ret = time.monotonic()
-            result = ("ok" if code == grpc.StatusCode.OK
-                      else "fail" if code in DEFINITE else "unknown")
-            out.write(json.dumps({
-                "type": "op", "proc": self.owner, "op": op,
-                "session": session, "owner": self.owner, "token": token,
-                "inv": inv, "ret": ret, "result": result, "code": code.name,
-                "rtoken": rtoken, "addr": self.addr}) + "\n")
-            return result, rtoken, inv
+            rec, _ = workload.timed_call(calls, op, session, self.owner,
+                                         token, CALL_DEADLINE)
+            rec["addr"] = self.addr
+            out.write(json.dumps(rec) + "\n")
+            return rec["result"], rec["rtoken"], rec["inv"]
 
         end = time.monotonic() + self.seconds
         held = None  # (session, token)
