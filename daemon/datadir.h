@@ -7,6 +7,10 @@
 
 #include <stddef.h>
 
+/* How long a write to the database in it waits for another process's
+ * lock (store_open's busy_timeout_ms). */
+#define DATADIR_BUSY_TIMEOUT_MS 2000
+
 /* Creates dir (mode 0700, parents too) if missing and takes its lock.
  * Returns the lock's file descriptor (keep it open while running), or -1
  * with errmsg set. */

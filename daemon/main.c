@@ -31,6 +31,7 @@
 #include "config.h"
 #include "datadir.h"
 #include "frontend.h"
+#include "import.h"
 #include "log.h"
 #include "metrics.h"
 #include "metrics_http.h"
@@ -41,8 +42,6 @@
 #include "tls.h"
 #include "tokens.h"
 #include "version.h"
-
-#define BUSY_TIMEOUT_MS 2000
 
 struct daemon {
     /* The loop side: the embedded server, or a replica over PostgreSQL
@@ -223,7 +222,8 @@ static int open_sqlite(const struct config *cfg, struct store **store,
         return -1;
     char db_path[PATH_MAX];
     snprintf(db_path, sizeof(db_path), "%s/leased.db", cfg->data_dir);
-    if (store_open(db_path, BUSY_TIMEOUT_MS, store, errmsg, len) != 0)
+    if (store_open(db_path, DATADIR_BUSY_TIMEOUT_MS, store, errmsg, len) !=
+        0)
         return -1;
     if (cfg->raise_token_floor == 0)
         return 0;
@@ -265,96 +265,6 @@ static int open_postgres(const struct config *cfg, struct pgstore **dbs,
         }
     }
     return 0;
-}
-
-struct rows {
-    struct lease_row *v;
-    size_t n, cap;
-};
-
-static char *copy_bytes(const char *p, size_t n)
-{
-    char *c = malloc(n > 0 ? n : 1);
-    if (c != NULL)
-        memcpy(c, p, n);
-    return c;
-}
-
-static int add_row(void *arg, const struct lease_row *row)
-{
-    struct rows *rows = arg;
-    if (rows->n == rows->cap) {
-        size_t cap = rows->cap > 0 ? 2 * rows->cap : 1024;
-        struct lease_row *v = realloc(rows->v, cap * sizeof(*v));
-        if (v == NULL)
-            return STORE_ENOMEM;
-        rows->v = v;
-        rows->cap = cap;
-    }
-    struct lease_row *r = &rows->v[rows->n];
-    *r = *row;
-    r->session = copy_bytes(row->session, row->session_len);
-    r->owner = copy_bytes(row->owner, row->owner_len);
-    if (r->session == NULL || r->owner == NULL) {
-        free((char *)r->session);
-        free((char *)r->owner);
-        return STORE_ENOMEM;
-    }
-    rows->n++;
-    return 0;
-}
-
-/* --import-from: the leases of a SQLite store into the database, with
- * their tokens and the token floor, under a quarantine as long as a
- * restart's (plus the clock skew between the two hosts): holders may
- * still renew, nobody else takes them over before it ends. Returns 0, or
- * -1 with errmsg set. */
-static int import_sqlite(const struct config *cfg, struct pgstore *db,
-                         char *errmsg, size_t len)
-{
-    char path[PATH_MAX];
-    snprintf(path, sizeof(path), "%s/leased.db", cfg->import_from);
-    if (access(path, R_OK) != 0) {
-        snprintf(errmsg, len, "--import-from %s: no leased.db there (%s)",
-                 cfg->import_from, strerror(errno));
-        return -1;
-    }
-    struct config from = *cfg;
-    from.data_dir = cfg->import_from;
-    from.raise_token_floor = 0;
-    struct store *store = NULL;
-    int lock_fd = -1;
-    char why[400];
-    struct rows rows = {0};
-    uint64_t floor = 0;
-    int64_t quarantine_ttl = 0;
-    int rc = -1;
-    if (open_sqlite(&from, &store, &lock_fd, why, sizeof(why)) != 0)
-        snprintf(errmsg, len, "--import-from %s: %s", cfg->import_from, why);
-    else if (store_load(store, add_row, &rows, &floor) != STORE_OK ||
-             store_get_meta(store, "quarantine_ttl_ns", &quarantine_ttl) !=
-                 STORE_OK)
-        snprintf(errmsg, len, "--import-from %s: %s", cfg->import_from,
-                 store_errmsg(store));
-    else if (pgstore_import(db, rows.v, rows.n, floor,
-                            (quarantine_ttl > cfg->ttl_ns ? quarantine_ttl
-                                                          : cfg->ttl_ns) +
-                                cfg->max_skew_ns) != PGSTORE_OK)
-        snprintf(errmsg, len, "--postgres: %s", pgstore_errmsg(db));
-    else
-        rc = 0;
-    if (rc == 0)
-        log_info("imported", "from=%s leases=%zu token_floor=%llu",
-                 cfg->import_from, rows.n, (unsigned long long)floor);
-    for (size_t i = 0; i < rows.n; i++) {
-        free((char *)rows.v[i].session);
-        free((char *)rows.v[i].owner);
-    }
-    free(rows.v);
-    store_close(store);
-    if (lock_fd >= 0)
-        close(lock_fd);
-    return rc;
 }
 
 int main(int argc, char **argv)
