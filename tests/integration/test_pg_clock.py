@@ -24,7 +24,9 @@ def test_a_step_of_the_database_clock_is_logged_and_counted():
         server = pg.Postgres(faketime=spec)
         server.start()
         conninfo = harness.fresh_database(server)
-        with Leased(ttl="2s", postgres=conninfo,
+        # A TTL longer than the step: the lease stays live across it (a
+        # 2 s one ran out, and garbage collection could take its row).
+        with Leased(ttl="30s", postgres=conninfo,
                     args=["--metrics-listen", "127.0.0.1:0"]) as d:
             c = d.client()
             lease = c.acquire("s", "alice")
