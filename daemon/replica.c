@@ -295,6 +295,8 @@ static void maybe_finish_close(struct replica *r);
  * round trips explain. */
 static void check_clock(struct slot *sl)
 {
+    if (sl->db_now_ns == 0)
+        return; /* nothing was sent */
     int64_t rtt = sl->done_ns - sl->sent_ns;
     int64_t offset = sl->db_now_ns - sl->done_ns;
     if (sl->have_offset) {

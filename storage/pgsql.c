@@ -1,7 +1,7 @@
 /*
  * The SQL of the PostgreSQL store (see pgsql.h), which postgres.c runs.
  *
- * Schema (leased_meta 'schema_version' = 1):
+ * Schema (leased_meta 'schema_version' = 2):
  *   leased_leases(session bytea PRIMARY KEY, owner bytea, token bigint,
  *                 expiry_ns bigint, generation bigint)
  *     owner '' means released; expiry_ns is the database's clock, ns since
@@ -20,9 +20,9 @@
  *     asynchronous standby may have missed the last renewals).
  *
  * The rules (core/rules.h, docs/protocol.md) are stated here a second
- * time, in SQL, as the functions leased_acquire, leased_renew and
- * leased_release: each locks its row (FOR UPDATE), reads the database's
- * clock and decides. The conformance suite holds both to one behaviour.
+ * time, in SQL, as the function leased_decide: for each call of a batch
+ * it locks the row (FOR UPDATE), reads the database's clock and decides.
+ * The conformance suite holds both to one behaviour.
  *
  * Tokens of new rows come from the floor, which garbage collection
  * raises. So that no batch reads a floor a collection is about to raise,
@@ -31,6 +31,76 @@
  * batch takes its lock before any row, so the two never deadlock.
  */
 #include "pgsql.h"
+
+/* A batch: calls i = 1..n, op[i] an enum rules_op, decided in their
+ * order, one row each: code (enum rules_code), the lease's token and
+ * expiry (code 0), flags (enum pgstore_flag: 1 takeover, 2 it
+ * replaced an expired holder, 4 a renewal after expiry), and the
+ * time of the decision. One statement for the whole batch: its
+ * calls cost no round trip, parse or plan of their own. The floor
+ * lock first. The generation and the quarantine are read once: they
+ * change only when a connection finds a new primary, which it
+ * stores before its first batch, and every connection to that
+ * primary is new. */
+static const char leased_decide[] =
+    "CREATE FUNCTION leased_decide(op int[], s bytea[], o bytea[], "
+    " t bigint[], ttl bigint, OUT code int, OUT tok bigint, "
+    " OUT exp bigint, OUT flags int, OUT now_ns bigint) "
+    "RETURNS SETOF record LANGUAGE plpgsql AS $$ "
+    "DECLARE r leased_leases; had boolean; live boolean; "
+    " gen bigint; qend bigint; "
+    "BEGIN "
+    " PERFORM pg_advisory_xact_lock_shared(1818583411, 2); "
+    " gen := leased_meta_value('generation'); "
+    " qend := leased_meta_value('quarantine_end_ns'); "
+    " FOR i IN 1 .. cardinality(op) LOOP "
+    "  flags := 0; tok := NULL; exp := NULL; "
+    "  <<one>> LOOP "
+    "   SELECT * INTO r FROM leased_leases WHERE session = s[i] FOR UPDATE; "
+    "   had := FOUND; "
+    "   now_ns := leased_now(); "
+    "   live := had AND r.owner <> '' AND (now_ns < r.expiry_ns OR "
+    "    (r.generation < gen AND now_ns < qend)); "
+    "   IF op[i] = 1 THEN "
+    "    IF live THEN "
+    "     IF r.owner <> o[i] THEN code := 1; EXIT one; END IF; "
+    "     exp := greatest(now_ns + ttl, r.expiry_ns + 1); "
+    "     UPDATE leased_leases SET expiry_ns = exp WHERE session = s[i]; "
+    "     code := 0; tok := r.token; EXIT one; "
+    "    END IF; "
+    "    code := 0; exp := now_ns + ttl; "
+    "    IF had THEN "
+    "     tok := r.token + 1; "
+    "     flags := CASE WHEN r.owner <> '' THEN 3 ELSE 1 END; "
+    "     UPDATE leased_leases SET owner = o[i], token = tok, "
+    "      expiry_ns = exp, generation = gen WHERE session = s[i]; "
+    "     EXIT one; "
+    "    END IF; "
+    "    tok := leased_meta_value('token_floor') + 1; flags := 1; "
+    "    INSERT INTO leased_leases VALUES (s[i], o[i], tok, exp, gen) "
+    "     ON CONFLICT (session) DO NOTHING; "
+    "    IF FOUND THEN EXIT one; END IF; "
+    /* Another replica inserted it meanwhile: decide on its row. */
+    "    CONTINUE one; "
+    "   END IF; "
+    "   IF NOT had OR r.owner = '' OR r.owner <> o[i] "
+    "    OR r.token <> t[i] THEN "
+    "    code := CASE WHEN op[i] = 2 THEN 2 ELSE 3 END; EXIT one; "
+    "   END IF; "
+    "   code := 0; tok := r.token; "
+    "   IF op[i] = 2 THEN "
+    "    exp := greatest(now_ns + ttl, r.expiry_ns + 1); "
+    "    IF r.expiry_ns <= now_ns THEN flags := 4; END IF; "
+    "    UPDATE leased_leases SET expiry_ns = exp WHERE session = s[i]; "
+    "   ELSE "
+    "    exp := r.expiry_ns; "
+    "    UPDATE leased_leases SET owner = '' WHERE session = s[i]; "
+    "   END IF; "
+    "   EXIT one; "
+    "  END LOOP; "
+    "  RETURN NEXT; "
+    " END LOOP; "
+    "END $$";
 
 /* Created once, in this order, in one transaction under the schema lock.
  * Each entry is one statement (pipeline mode sends no scripts). */
@@ -58,78 +128,7 @@ const char *const pgsql_schema[] = {
     " (r.generation < leased_meta_value('generation') AND "
     "  now_ns < leased_meta_value('quarantine_end_ns'))) $$",
 
-    /* A batch's first statement: the floor lock, and the time. */
-    "CREATE FUNCTION leased_begin() RETURNS bigint LANGUAGE plpgsql AS $$ "
-    "BEGIN PERFORM pg_advisory_xact_lock_shared(1818583411, 2); "
-    "RETURN leased_now(); END $$",
-
-    /* code: 0 granted, 1 held by another owner (enum rules_code).
-     * flags: 1 takeover, 2 it replaced an expired holder. */
-    "CREATE FUNCTION leased_acquire(s bytea, o bytea, ttl bigint, "
-    " OUT code int, OUT tok bigint, OUT exp bigint, OUT flags int) "
-    "LANGUAGE plpgsql AS $$ "
-    "DECLARE r leased_leases; had boolean; now_ns bigint; "
-    "BEGIN "
-    " flags := 0; "
-    " LOOP "
-    "  SELECT * INTO r FROM leased_leases WHERE session = s FOR UPDATE; "
-    "  had := FOUND; "
-    "  now_ns := leased_now(); "
-    "  IF had AND leased_live(r, now_ns) THEN "
-    "   IF r.owner <> o THEN code := 1; RETURN; END IF; "
-    "   exp := greatest(now_ns + ttl, r.expiry_ns + 1); "
-    "   UPDATE leased_leases SET expiry_ns = exp WHERE session = s; "
-    "   code := 0; tok := r.token; RETURN; "
-    "  END IF; "
-    "  code := 0; exp := now_ns + ttl; "
-    "  IF had THEN "
-    "   tok := r.token + 1; "
-    "   flags := CASE WHEN r.owner <> '' THEN 3 ELSE 1 END; "
-    "   UPDATE leased_leases SET owner = o, token = tok, expiry_ns = exp, "
-    "    generation = leased_meta_value('generation') WHERE session = s; "
-    "   RETURN; "
-    "  END IF; "
-    "  tok := leased_meta_value('token_floor') + 1; flags := 1; "
-    "  INSERT INTO leased_leases VALUES "
-    "   (s, o, tok, exp, leased_meta_value('generation')) "
-    "   ON CONFLICT (session) DO NOTHING; "
-    "  IF FOUND THEN RETURN; END IF; "
-    /* Another replica inserted it meanwhile: decide on its row. */
-    " END LOOP; "
-    "END $$",
-
-    /* code: 0 renewed, 2 lost. flags: 4 reclaimed after expiry. */
-    "CREATE FUNCTION leased_renew(s bytea, o bytea, t bigint, ttl bigint, "
-    " OUT code int, OUT tok bigint, OUT exp bigint, OUT flags int) "
-    "LANGUAGE plpgsql AS $$ "
-    "DECLARE r leased_leases; now_ns bigint; "
-    "BEGIN "
-    " flags := 0; "
-    " SELECT * INTO r FROM leased_leases WHERE session = s FOR UPDATE; "
-    " IF NOT FOUND OR r.owner = '' OR r.owner <> o OR r.token <> t THEN "
-    "  code := 2; RETURN; "
-    " END IF; "
-    " now_ns := leased_now(); "
-    " exp := greatest(now_ns + ttl, r.expiry_ns + 1); "
-    " IF r.expiry_ns <= now_ns THEN flags := 4; END IF; "
-    " UPDATE leased_leases SET expiry_ns = exp WHERE session = s; "
-    " code := 0; tok := r.token; "
-    "END $$",
-
-    /* code: 0 released, 3 nothing to release. */
-    "CREATE FUNCTION leased_release(s bytea, o bytea, t bigint, "
-    " OUT code int, OUT tok bigint, OUT exp bigint, OUT flags int) "
-    "LANGUAGE plpgsql AS $$ "
-    "DECLARE r leased_leases; "
-    "BEGIN "
-    " flags := 0; "
-    " SELECT * INTO r FROM leased_leases WHERE session = s FOR UPDATE; "
-    " IF NOT FOUND OR r.owner = '' OR r.owner <> o OR r.token <> t THEN "
-    "  code := 3; RETURN; "
-    " END IF; "
-    " UPDATE leased_leases SET owner = '' WHERE session = s; "
-    " code := 0; tok := r.token; exp := r.expiry_ns; "
-    "END $$",
+    leased_decide,
 
     /* Rows expired or released for longer than a TTL, not quarantined,
      * and not locked by a batch; one collector at a time. */
@@ -159,16 +158,18 @@ const char *const pgsql_schema[] = {
 
 const size_t pgsql_schema_count = sizeof(pgsql_schema) / sizeof(*pgsql_schema);
 
+/* Version 1 decided each call with a statement of its own (functions
+ * leased_begin, leased_acquire, leased_renew and leased_release); they
+ * stay for replicas of that version still running during the upgrade. */
+const char *const pgsql_upgrade_from_1[] = {leased_decide};
+const size_t pgsql_upgrade_from_1_count =
+    sizeof(pgsql_upgrade_from_1) / sizeof(*pgsql_upgrade_from_1);
+
 /* Prepared on every connection, named by their index ("s0", "s1"…). */
 const char *const pgsql_stmt[PGSQL_COUNT] = {
     [PGSQL_BEGIN] = "BEGIN",
-    [PGSQL_LOCK] = "SELECT leased_begin()",
-    [PGSQL_ACQUIRE] = "SELECT * FROM leased_acquire($1::bytea, $2::bytea, "
-                      "$3::bigint)",
-    [PGSQL_RENEW] = "SELECT * FROM leased_renew($1::bytea, $2::bytea, "
-                    "$3::bigint, $4::bigint)",
-    [PGSQL_RELEASE] = "SELECT * FROM leased_release($1::bytea, $2::bytea, "
-                      "$3::bigint)",
+    [PGSQL_DECIDE] = "SELECT * FROM leased_decide($1::int[], $2::bytea[], "
+                     "$3::bytea[], $4::bigint[], $5::bigint)",
     [PGSQL_COMMIT] = "COMMIT",
     [PGSQL_ROLLBACK] = "ROLLBACK",
     [PGSQL_GET] =

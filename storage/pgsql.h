@@ -9,20 +9,22 @@
 
 #include <stddef.h>
 
-#define PGSQL_SCHEMA_VERSION 1
+#define PGSQL_SCHEMA_VERSION 2
 
 /* The schema, one statement each, created in this order in one
  * transaction. */
 extern const char *const pgsql_schema[];
 extern const size_t pgsql_schema_count;
 
+/* What turns a schema of version 1 into the current one, in one
+ * transaction. */
+extern const char *const pgsql_upgrade_from_1[];
+extern const size_t pgsql_upgrade_from_1_count;
+
 /* The statements prepared on every connection. */
 enum pgsql_stmt {
     PGSQL_BEGIN,
-    PGSQL_LOCK,
-    PGSQL_ACQUIRE,
-    PGSQL_RENEW,
-    PGSQL_RELEASE,
+    PGSQL_DECIDE,
     PGSQL_COMMIT,
     PGSQL_ROLLBACK,
     PGSQL_GET,

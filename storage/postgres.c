@@ -25,6 +25,14 @@
 #define MAX_PARAMS 5
 #define CONNECT_TIMEOUT_S_MIN 2 /* libpq's own minimum */
 
+/* A one-dimensional array parameter in PostgreSQL's binary format. */
+struct array {
+    unsigned char *data;
+    size_t len, cap;
+    uint32_t count;
+    bool failed; /* out of memory */
+};
+
 struct pgstore {
     struct pgstore_options o;
     PGconn *conn;
@@ -32,6 +40,7 @@ struct pgstore {
     PGresult **res; /* one per query of the round trip in flight */
     size_t res_cap;
     size_t *order; /* a batch's calls, in session order */
+    struct array args[4]; /* a batch's ops, sessions, owners, tokens */
     /* A warning came during a round trip: a COMMIT may then report
      * success for a transaction a synchronous standby never confirmed
      * (an operator cancelled the wait). */
@@ -66,12 +75,77 @@ static void add_null(struct params *q)
     q->fmt[q->n++] = 1;
 }
 
-static void add_int(struct params *q, int64_t value, int bytes)
+/* value in network order, in bytes (4 or 8) bytes: PostgreSQL's binary
+ * integers. */
+static void put_int(unsigned char *b, int64_t value, int bytes)
 {
     uint64_t u = (uint64_t)value;
     for (int i = 0; i < bytes; i++)
-        q->ints[q->n][i] = (unsigned char)(u >> (8 * (bytes - 1 - i)));
+        b[i] = (unsigned char)(u >> (8 * (bytes - 1 - i)));
+}
+
+static void add_int(struct params *q, int64_t value, int bytes)
+{
+    put_int(q->ints[q->n], value, bytes);
     add_bytes(q, (const char *)q->ints[q->n], (size_t)bytes);
+}
+
+static void array_put(struct array *a, const void *src, size_t n)
+{
+    if (a->failed)
+        return;
+    if (a->len + n > a->cap) {
+        size_t cap = a->cap != 0 ? a->cap : 1024;
+        while (cap < a->len + n)
+            cap *= 2;
+        unsigned char *d = realloc(a->data, cap);
+        if (d == NULL) {
+            a->failed = true;
+            return;
+        }
+        a->data = d;
+        a->cap = cap;
+    }
+    memcpy(a->data + a->len, src, n);
+    a->len += n;
+}
+
+/* Header: one dimension, no NULLs, the elements' type, the count (set by
+ * add_array()), lower bound 1. */
+static void array_start(struct array *a, uint32_t type_oid)
+{
+    unsigned char h[20];
+    put_int(h, 1, 4);
+    put_int(h + 4, 0, 4);
+    put_int(h + 8, type_oid, 4);
+    put_int(h + 12, 0, 4);
+    put_int(h + 16, 1, 4);
+    a->len = 0;
+    a->count = 0;
+    a->failed = false;
+    array_put(a, h, sizeof(h));
+}
+
+static void array_add(struct array *a, const void *v, size_t n)
+{
+    unsigned char len[4];
+    put_int(len, (int64_t)n, 4);
+    array_put(a, len, sizeof(len));
+    array_put(a, v, n);
+    a->count++;
+}
+
+static void array_add_int(struct array *a, int64_t value, int bytes)
+{
+    unsigned char b[8];
+    put_int(b, value, bytes);
+    array_add(a, b, (size_t)bytes);
+}
+
+static void add_array(struct params *q, struct array *a)
+{
+    put_int(a->data + 12, a->count, 4);
+    add_bytes(q, (const char *)a->data, a->len);
 }
 
 /* Notices stay out of the daemon's output; a warning is noted. */
@@ -395,6 +469,18 @@ static int setup(struct pgstore *p, struct pgstore_primary *primary)
             err = exec_sql(p, sql, "creating the schema");
         version = PGSQL_SCHEMA_VERSION;
     }
+    if (err == PGSTORE_OK && version == 1) {
+        for (size_t i = 0; err == PGSTORE_OK && i < pgsql_upgrade_from_1_count;
+             i++)
+            err = exec_sql(p, pgsql_upgrade_from_1[i], "upgrading the schema");
+        snprintf(sql, sizeof(sql),
+                 "UPDATE leased_meta SET value = %d "
+                 "WHERE key = 'schema_version'",
+                 PGSQL_SCHEMA_VERSION);
+        if (err == PGSTORE_OK)
+            err = exec_sql(p, sql, "upgrading the schema");
+        version = PGSQL_SCHEMA_VERSION;
+    }
     if (err != PGSTORE_OK)
         return txn_failed(p, err);
     if (version > PGSQL_SCHEMA_VERSION) {
@@ -632,6 +718,8 @@ void pgstore_close(struct pgstore *p)
         clear_results(p, p->res_cap);
     free(p->res);
     free(p->order);
+    for (size_t i = 0; i < sizeof(p->args) / sizeof(*p->args); i++)
+        free(p->args[i].data);
     free(p->password);
     free(p);
 }
@@ -653,64 +741,71 @@ static int by_session(const void *a, const void *b, void *arg)
     return c;
 }
 
-static bool send_call(struct pgstore *p, const struct pgstore_call *c)
-{
-    struct params q = {0};
-    add_bytes(&q, c->session, c->session_len);
-    add_bytes(&q, c->owner, c->owner_len);
-    switch (c->op) {
-    case RULES_ACQUIRE:
-        add_int(&q, p->o.ttl_ns, 8);
-        return send_query(p, PGSQL_ACQUIRE, &q);
-    case RULES_RENEW:
-        add_int(&q, (int64_t)c->token, 8);
-        add_int(&q, p->o.ttl_ns, 8);
-        return send_query(p, PGSQL_RENEW, &q);
-    case RULES_RELEASE:
-        add_int(&q, (int64_t)c->token, 8);
-        return send_query(p, PGSQL_RELEASE, &q);
-    }
-    abort(); /* not an op: never guess one */
-}
+/* Type OIDs of the batch's arrays' elements (pg_type.h). */
+#define OID_BYTEA 17
+#define OID_INT8 20
+#define OID_INT4 23
 
 int pgstore_decide(struct pgstore *p, struct pgstore_call *calls, size_t n,
                    int64_t *db_now_ns)
 {
     if (p->conn == NULL)
         return down(p, "deciding");
-    int err = reserve(p, n + 3);
+    int err = reserve(p, n > 3 ? n : 3);
     if (err != PGSTORE_OK)
         return err;
     /* Not sent: a token no row can have (the database's are below 2^63)
      * decides here as one nobody holds. */
+    size_t sent = 0;
     for (size_t i = 0; i < n; i++) {
         p->order[i] = i;
         calls[i].code = -1;
+        calls[i].granted = 0;
+        calls[i].expiry_ns = 0;
+        calls[i].flags = 0;
         if (calls[i].op != RULES_ACQUIRE && calls[i].token > INT64_MAX)
             calls[i].code =
                 calls[i].op == RULES_RENEW ? RULES_LOST : RULES_NOOP;
+        else
+            sent++;
     }
+    *db_now_ns = 0;
+    if (sent == 0)
+        return PGSTORE_OK;
     qsort_r(p->order, n, sizeof(*p->order), by_session, calls);
-    size_t nq = 0;
-    bool sent =
-        send_query(p, PGSQL_BEGIN, NULL) && send_query(p, PGSQL_LOCK, NULL);
-    nq = 2;
-    for (size_t i = 0; sent && i < n; i++) {
-        struct pgstore_call *c = &calls[p->order[i]];
+    struct array *a = p->args;
+    array_start(&a[0], OID_INT4);
+    array_start(&a[1], OID_BYTEA);
+    array_start(&a[2], OID_BYTEA);
+    array_start(&a[3], OID_INT8);
+    for (size_t i = 0; i < n; i++) {
+        const struct pgstore_call *c = &calls[p->order[i]];
         if (c->code != -1)
             continue;
-        sent = send_call(p, c);
-        nq++;
+        if (c->op != RULES_ACQUIRE && c->op != RULES_RENEW &&
+            c->op != RULES_RELEASE)
+            abort(); /* not an op: never guess one */
+        array_add_int(&a[0], c->op, 4);
+        array_add(&a[1], c->session, c->session_len);
+        array_add(&a[2], c->owner, c->owner_len);
+        array_add_int(&a[3], (int64_t)c->token, 8);
     }
-    sent = sent && send_query(p, PGSQL_COMMIT, NULL);
-    nq++;
-    if (!sent)
+    if (a[0].failed || a[1].failed || a[2].failed || a[3].failed) {
+        set_error(p, "out of memory");
+        return PGSTORE_ENOMEM;
+    }
+    struct params q = {0};
+    for (int i = 0; i < 4; i++)
+        add_array(&q, &a[i]);
+    add_int(&q, p->o.ttl_ns, 8);
+    if (!send_query(p, PGSQL_BEGIN, NULL) ||
+        !send_query(p, PGSQL_DECIDE, &q) || !send_query(p, PGSQL_COMMIT, NULL))
         return down(p, "sending a batch");
     p->warned = false;
-    if ((err = finish(p, nq, "deciding")) != PGSTORE_OK)
+    if ((err = finish(p, 3, "deciding")) != PGSTORE_OK)
         return err;
     if (p->warned) {
-        clear_results(p, nq);
+        clear_results(p, 3);
         PQfinish(p->conn);
         p->conn = NULL;
         set_error(p, "deciding: a warning came with the commit (a "
@@ -718,24 +813,29 @@ int pgstore_decide(struct pgstore *p, struct pgstore_call *calls, size_t n,
                      "outcome is unknown");
         return PGSTORE_EDOWN;
     }
-    *db_now_ns = get_int(p->res[1], 0, 0);
-    size_t r = 2;
+    const PGresult *res = p->res[1];
+    if (PQntuples(res) != (int)sent || PQnfields(res) != 5) {
+        set_error(p, "deciding: %d rows for %zu calls", PQntuples(res), sent);
+        clear_results(p, 3);
+        PQfinish(p->conn);
+        p->conn = NULL;
+        return PGSTORE_EDOWN;
+    }
+    *db_now_ns = get_int(res, 0, 4);
+    int row = 0;
     for (size_t i = 0; i < n; i++) {
         struct pgstore_call *c = &calls[p->order[i]];
-        c->granted = 0;
-        c->expiry_ns = 0;
-        c->flags = 0;
         if (c->code != -1)
             continue;
-        const PGresult *res = p->res[r++];
-        c->code = (int)get_int(res, 0, 0);
+        c->code = (int)get_int(res, row, 0);
         if (c->code == RULES_OK) {
-            c->granted = (uint64_t)get_int(res, 0, 1);
-            c->expiry_ns = get_int(res, 0, 2);
+            c->granted = (uint64_t)get_int(res, row, 1);
+            c->expiry_ns = get_int(res, row, 2);
         }
-        c->flags = (unsigned)get_int(res, 0, 3);
+        c->flags = (unsigned)get_int(res, row, 3);
+        row++;
     }
-    clear_results(p, nq);
+    clear_results(p, 3);
     return PGSTORE_OK;
 }
 

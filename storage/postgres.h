@@ -6,7 +6,7 @@
  * engine in memory decided: the rules of Acquire, Renew and Release run
  * inside the database, as SQL functions evaluated against the stored row
  * with the database's clock, so that every replica agrees on who holds
- * what and until when. The schema and those functions are in postgres.c.
+ * what and until when. The schema and those functions are in pgsql.c.
  *
  * One connection, used by one thread at a time. Every call blocks for at
  * most the timeout given at open, and returns PGSTORE_OK or a negative

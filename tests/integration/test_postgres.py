@@ -162,9 +162,9 @@ def test_replicas_starting_at_once_make_the_schema_once():
             assert server.psql("SELECT count(*) FROM leased_meta WHERE "
                                "key = 'schema_version'", dbname=name) == "1"
             assert server.psql("SELECT value FROM leased_meta WHERE "
-                               "key = 'schema_version'", dbname=name) == "1"
+                               "key = 'schema_version'", dbname=name) == "2"
             assert server.psql("SELECT count(*) FROM pg_proc WHERE "
-                               "proname = 'leased_acquire'",
+                               "proname = 'leased_decide'",
                                dbname=name) == "1"
             # Both serve, the same leases.
             ca, cb = a.client(), b.client()
@@ -200,6 +200,25 @@ def test_other_ttl_and_newer_schema_are_refused():
     # Refused without changing it.
     assert server.psql("SELECT value FROM leased_meta WHERE "
                        "key = 'schema_version'", dbname=name) == "99"
+
+
+def test_schema_of_version_1_is_upgraded_keeping_its_leases():
+    server = harness.shared_postgres()
+    name, conninfo = new_database()
+    with Leased(ttl="20s", postgres=conninfo) as d:
+        held = d.client().acquire("kept", "alice")
+    # What version 1 had: no batch function (its per-call ones do not
+    # matter to this version).
+    server.psql("UPDATE leased_meta SET value = 1 "
+                "WHERE key = 'schema_version'", dbname=name)
+    server.psql("DROP FUNCTION leased_decide", dbname=name)
+    with Leased(ttl="20s", postgres=conninfo) as d:
+        c = d.client()
+        expect_code(HELD, c.acquire, "kept", "bob")
+        assert c.renew(held).token == held.token
+        assert c.acquire("new", "bob").token >= 1
+    assert server.psql("SELECT value FROM leased_meta WHERE "
+                       "key = 'schema_version'", dbname=name) == "2"
 
 
 # --- 4. Bad configuration ------------------------------------------------
