@@ -32,7 +32,10 @@
 # replicas), started on 127.0.0.1 with a fresh data directory (removed
 # after it), so that no system's leftovers (expiring leases, compaction,
 # dead rows) run beside another's measurement. The table shows the
-# medians of the rounds and each system's ops/s as a ratio to leased's.
+# medians of the rounds, each system's ops/s as a ratio to leased's, as a
+# fraction of null's in the same round (when null runs too), and the
+# client's CPU (leasebench's, in cores: a row whose client is near
+# --threads cores measures the client, not the server).
 #
 #   tests/bench/compare.sh [--workloads "renew churn"] [--concurrency "1 16 64 256"]
 #       [--rounds 3] [--duration 10s] [--warmup 2s] [--sessions 1024]
@@ -374,8 +377,33 @@ for _ in $(seq "$rounds"); do
 done
 echo "compare: $total runs of $warmup + $duration each" >&2
 
+# What one fdatasync of a small write costs on the data directories'
+# disk, at the start of round $1: the floor of a durable commit's
+# latency, to read churn at 1 in flight against.
+fsync_probe() {
+  "$python" - "$work" "$results/fdatasync.$1.json" <<'EOF'
+import json, os, statistics, sys, time
+path = os.path.join(sys.argv[1], "fdatasync.probe")
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+block, times, end = b"x" * 4096, [], time.monotonic() + 2
+try:
+    while time.monotonic() < end and len(times) < 5000:
+        os.pwrite(fd, block, 4096 * (len(times) % 256))
+        t = time.monotonic()
+        os.fdatasync(fd)
+        times.append(time.monotonic() - t)
+finally:
+    os.close(fd)
+    os.unlink(path)
+with open(sys.argv[2], "w") as f:
+    f.write(json.dumps({"median_us": statistics.median(times) * 1e6,
+                        "count": len(times)}) + "\n")
+EOF
+}
+
 n=0
 for round in $(seq "$rounds"); do
+  fsync_probe "$round" || echo "compare: the fdatasync probe failed" >&2
   for workload in $workloads; do
     for conc in $concurrency; do
       for sys in $systems; do
@@ -460,49 +488,80 @@ if "redis" in systems or "redis-aof" in systems:
 if "leased-pg" in systems or "leased-pg2" in systems:
     print("postgres: " + version(["/usr/lib/postgresql/15/bin/postgres",
                                   "--version"]))
+probes = []
+for r in range(1, int(rounds) + 1):
+    try:
+        with open(os.path.join(results, "fdatasync.%d.json" % r)) as f:
+            probes.append(json.loads(f.read())["median_us"])
+    except (OSError, ValueError, KeyError):
+        pass
+if probes:
+    print("fdatasync of 4 KiB in the data directory: median %.0f µs (each "
+          "round's median: %s)" % (statistics.median(probes),
+                                  ", ".join("%.0f" % p for p in probes)))
 print("runs: %s rounds interleaved, --duration %s --warmup %s --sessions %s "
       "(contend: leasebench's default) --connections %s --threads %s; "
       "medians of the rounds" % (rounds, duration, warmup, sessions,
                                  connections, threads))
 print()
 
+def load(s, w, c, r):
+    base = os.path.join(results, "%s.%s.%s.%d" % (s, w, c, r))
+    try:
+        with open(base + ".json") as f:
+            return json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+
+
 rows = []
 for w in workloads:
     for c in concs:
         med = {}
         for s in systems:
-            runs, errors, failed = [], 0, 0
+            runs, errors, failed, of_null = [], 0, 0, []
             for r in range(1, int(rounds) + 1):
-                base = os.path.join(results, "%s.%s.%s.%d" % (s, w, c, r))
-                try:
-                    with open(base + ".json") as f:
-                        j = json.loads(f.read())
-                    errors += j["errors"]
-                    runs.append(j)
-                except (OSError, ValueError, KeyError):
+                j = load(s, w, c, r)
+                if j is None:
                     failed += 1
+                    continue
+                errors += j["errors"]
+                runs.append(j)
+                # Against null's run of the same round: the machine's
+                # state is the closest it gets.
+                n = load("null", w, c, r) if "null" in systems else None
+                if n is not None and n["ops_per_sec"] > 0:
+                    of_null.append(j["ops_per_sec"] / n["ops_per_sec"])
             med[s] = {k: statistics.median(j[k] for j in runs)
                       for k in ("ops_per_sec", "p50_us", "p99_us",
-                                "p999_us")} if runs else None
+                                "p999_us", "client_cpu")} if runs else None
+            if med[s] is not None:
+                med[s]["of_null"] = (statistics.median(of_null)
+                                     if of_null else None)
             rows.append((s, w, c, med, errors, failed))
 
 head = ("system", "workload", "conc", "ops/s", "p50 µs", "p99 µs",
-        "p999 µs", "errors", "vs leased")
-fmt = "%-10s %-8s %5s %9s %9s %9s %9s %8s %10s"
+        "p999 µs", "errors", "vs leased", "of null", "client")
+fmt = "%-10s %-8s %5s %9s %9s %9s %9s %8s %10s %8s %7s"
 print(fmt % head)
 for s, w, c, med, errors, failed in rows:
     m, base = med[s], med.get("leased")
     err = str(errors) + ("+%d failed" % failed if failed else "")
     if m is None:
-        print(fmt % (s, w, c, "-", "-", "-", "-", err, "-"))
+        print(fmt % (s, w, c, "-", "-", "-", "-", err, "-", "-", "-"))
         continue
     ratio = ("%.2f" % (m["ops_per_sec"] / base["ops_per_sec"])
              if base and base["ops_per_sec"] > 0 else "-")
+    of_null = "%.2f" % m["of_null"] if m["of_null"] is not None else "-"
     print(fmt % (s, w, c, "%.0f" % m["ops_per_sec"], "%.0f" % m["p50_us"],
-                 "%.0f" % m["p99_us"], "%.0f" % m["p999_us"], err, ratio))
+                 "%.0f" % m["p99_us"], "%.0f" % m["p999_us"], err, ratio,
+                 of_null, "%.2f" % m["client_cpu"]))
 print()
 print("errors: failed operations summed over the rounds (+N failed: runs "
-      "that gave no result); vs leased: median ops/s over leased's.")
+      "that gave no result); vs leased: median ops/s over leased's; of "
+      "null: the median over the rounds of ops/s over null's in the same "
+      "round; client: leasebench's CPU, in cores (median), to tell a "
+      "client-bound row (near --threads) from a server-bound one.")
 print("redis: default config, no persistence (--save ''); redis-aof: "
       "--appendonly yes --appendfsync always.")
 if "leased-pg" in systems or "leased-pg2" in systems:
