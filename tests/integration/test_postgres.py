@@ -312,13 +312,22 @@ def test_database_paused_then_resumed():
             server.resume()
         wait_for("SERVING again", lambda: c.health() == "SERVING", 10)
         for lease in held:
-            got = c.get(lease.session_id)
-            assert (got.owner, got.token, got.live) == \
-                (lease.owner, lease.token, True), got
-            expect_code(HELD, c.acquire, lease.session_id, "intruder")
-            assert c.renew(lease).token == lease.token
+            assert_kept(c, lease)
         assert c.acquire("gone", "y").token == 2
     server.stop()
+
+
+def assert_kept(c, lease):
+    """The lease is still its holder's after an outage: Get shows it live
+    with its token, another owner is refused, and its holder renews it
+    with the same token. Returns the renewal."""
+    got = c.get(lease.session_id)
+    assert (got.owner, got.token, got.live) == \
+        (lease.owner, lease.token, True), got
+    expect_code(HELD, c.acquire, lease.session_id, "intruder")
+    renewed = c.renew(lease)
+    assert renewed.token == lease.token
+    return renewed
 
 
 def test_database_restarted():
@@ -346,14 +355,8 @@ def test_database_restarted():
         assert 9000 < int(m.group(1)) <= 10000, m.group(0)
         # Expired by its own expiry, but quarantined: nobody takes it.
         assert time.time_ns() > expiry
-        expect_code(HELD, c.acquire, "r1", "bob")
         assert c.stats().quarantine_remaining_ms > 0
-        got = c.get("r1")
-        assert (got.owner, got.token, got.live) == ("alice", held.token,
-                                                    True)
-        # Its holder renews it, same token.
-        renewed = c.renew(held)
-        assert renewed.token == held.token
+        renewed = assert_kept(c, held)
         assert renewed.expiry.ToNanoseconds() > time.time_ns()
         # A session nobody held is free at once.
         assert c.acquire("r2", "bob").token == 1
