@@ -1,57 +1,64 @@
 /*
  * The loop side of leased (see server.h).
  *
- * Requests wait in `pending` while a commit is in flight. When none is,
- * everything pending (up to MAX_BATCH) becomes one batch: the engine
- * decides each request in arrival order at one `now`, and the changes go
- * to the store in one transaction on a worker thread (group commit). Then,
- * in two steps:
+ * Renewals are soft state. A renewal (or a re-acquire by the holder)
+ * keeps owner and token, so the row on disk already names the holder;
+ * only its expiry changes, and that is kept in the engine's memory and
+ * never written: the restart quarantine makes it hold across a crash or
+ * a power loss (docs/protocol.md, "Restart quarantine"). The store sees
+ * only changes of owner (takeovers, releases) and garbage collection, and
+ * matches rows on owner and token, not expiry.
  *
- *   committed  requests decided from durable state (renewals, refusals,
- *              no-op releases of sessions whose last change of owner is
- *              synced) are answered: their change survives a crash of
- *              the process, and the restart quarantine covers a power
- *              loss (docs/protocol.md, "Restart quarantine"); the others
- *              move to `waiting`, and the next batch may commit;
- *   synced     a sync (fdatasync of the WAL, on another worker) that
- *              began after their commit ended answers them (promise 7).
+ * The short path: a renewal of a session with no change in flight is
+ * decided as soon as it arrives (server_submit), even while a commit is
+ * in flight; it touches only its own entry, which the commit worker does
+ * not read. Everything else waits in `pending` while a commit is in
+ * flight. When none is, everything pending (up to MAX_BATCH) becomes one
+ * batch: the engine decides each request in arrival order at one `now`.
+ * A request whose session one of the batch's changes touched depends on
+ * the batch's commit and waits for it; the others are answered at once.
+ * The changes go to the store in one transaction on a worker thread
+ * (group commit).
  *
- * "The others" are the takeovers and releases, and every request decided
- * from a session whose last change of owner is not synced yet: a
- * re-acquire, renewal or refusal right after a takeover depends on that
- * takeover, so it must not be answered before it is durable, and must
- * fail if it never becomes so. The same holds for a request about a
- * session garbage collection removed (a no-op release, a refusal): the
- * row would come back after a power loss. The engine keeps, per session,
- * the number of the commit that last changed its owner, and that of the
- * last collection (engine_stamp); a request waits when the number it
- * depends on is above `synced_seq`.
+ * An answer decided from a change of owner must not go out before that
+ * change is on disk, and must fail if it never gets there (promise 7):
+ * a takeover or release, and a re-acquire, renewal or refusal right after
+ * one. The same holds for a request about a session garbage collection
+ * removed (a no-op release, a refusal): the row would come back after a
+ * power loss. The engine keeps, per session, the number of the commit
+ * that last changed its owner, and that of the last collection
+ * (engine_stamp). A stamp above `committed_seq` is a change in flight
+ * (the batch's); one above `synced_seq` makes the answer wait for a sync
+ * (an fdatasync of the WAL, on another worker) that began after that
+ * commit ended.
  *
  * So one commit and one sync may be in flight at once: the next batch
- * commits while the last one syncs, and no renewal waits for a disk
- * flush. Each commit has a sequence number; a sync covers every commit
- * that ended before it began (`sync_covers`).
+ * commits while the last one syncs, and no renewal waits for either. Each
+ * commit has a sequence number; a sync covers every commit that ended
+ * before it began (`sync_covers`).
  *
- * If a commit fails, the engine undoes the batch and every request in it
- * gets UNAVAILABLE: never OK for something that was not stored. Storage
- * counts as failing (health NOT_SERVING) until a commit of the kind that
- * failed succeeds: a renewal committing says nothing about the takeovers
- * that failed before it (a full disk may still take the one and not the
- * other).
+ * If a commit fails, the engine undoes the batch and every request that
+ * depended on it gets UNAVAILABLE: never OK for a change of owner that was
+ * not stored. Storage counts as failing (health NOT_SERVING) until a
+ * commit of the kind that failed succeeds: a collection committing says
+ * nothing about the takeovers that failed before it (a full disk may
+ * still take the one and not the other).
  *
- * If a sync fails, nothing is answered any more: Linux may have dropped
- * the dirty pages it could not write, so the page cache, and the engine
- * built on it, are no longer the truth, and any later sync could succeed
- * over a hole. The server calls its fatal callback (leased exits for its
- * supervisor to restart it, which re-reads the disk under a fresh restart
- * quarantine).
+ * If a sync fails, nothing is answered any more:
+ * Linux may have dropped the dirty pages it could not write, so the page
+ * cache, and the engine built on it, are no longer the truth, and any
+ * later sync could succeed over a hole. The server calls its fatal
+ * callback (leased exits for its supervisor to restart it, which re-reads
+ * the disk under a fresh restart quarantine).
  *
  * The engine and the store are touched only by the loop, and by the
- * commit worker only while `committing` (when the loop leaves them
- * alone); the sync worker touches only store_sync(). Every write after
- * start is the commit worker's, in turn: the batches, the storage probe
- * and the TTL a restart must wait for (lower_quarantine_ttl), so the
- * loop never waits for the disk.
+ * commit worker only while `committing`: then the worker reads the
+ * batch's changes, and the loop makes no change but a renewal of another
+ * session (the short path, which writes no string the worker reads); the
+ * sync worker touches only store_sync(). Every write after start is the
+ * commit worker's, in turn: the batches, the storage probe and the TTL a
+ * restart must wait for (lower_quarantine_ttl), so the loop never waits
+ * for the disk.
  */
 #include "server.h"
 
@@ -132,7 +139,6 @@ struct server {
     struct request *lists, *lists_tail;
     bool listing;
     int list_err;
-    int64_t list_now_ns, list_quarantine_end_ns; /* for the list running */
     uv_work_t list_work;
     int64_t start_mono_ns;
 
@@ -152,10 +158,38 @@ static int load_row(void *arg, const struct lease_row *row)
     return engine_load(arg, row) == ENGINE_OK ? 0 : STORE_ENOMEM;
 }
 
-static void decide(struct server *s, int64_t now_ns, struct request *req)
+/* Counts what a change did: a takeover (new token), the expiry of the
+ * lease it replaced or collected, a reclaim (renewed after expiry, nobody
+ * took over), as of now_ns, when it was decided. */
+static void count_change(const struct engine_change *c, int64_t now_ns)
+{
+    bool was_held = c->has_before && c->before.owner_len > 0;
+    if (c->kind == ENGINE_DELETE) {
+        if (was_held)
+            atomic_fetch_add(&metrics.expiries, 1);
+        return;
+    }
+    if (!c->has_before || c->after.token != c->before.token) {
+        atomic_fetch_add(&metrics.takeovers, 1);
+        if (was_held)
+            atomic_fetch_add(&metrics.expiries, 1);
+    } else if (was_held && c->before.expiry_ns <= now_ns) {
+        atomic_fetch_add(&metrics.reclaims, 1);
+    }
+}
+
+/* Decides req at now_ns into chg: &s->chgs[s->nchgs] in a batch, or a
+ * change of the caller's on the short path (which decides only what
+ * keeps owner and token: see server_submit). Returns true when the answer
+ * depends on the batch's commit: a change of its session is in the batch.
+ * Otherwise it may go out at once, or once an earlier commit is synced
+ * (req->needs_sync). A change that keeps owner and token (a renewal, a
+ * re-acquire by the owner) of a session with no change in the batch is
+ * soft: finished at once, never written (see the top of this file). */
+static bool decide(struct server *s, int64_t now_ns, struct request *req,
+                   struct engine_change *chg)
 {
     struct engine_grant grant = {0, 0};
-    struct engine_change *chg = &s->chgs[s->nchgs];
     int rc;
     switch (req->op) {
     case OP_ACQUIRE:
@@ -188,13 +222,21 @@ static void decide(struct server *s, int64_t now_ns, struct request *req)
         abort(); /* only lease calls are decided */
     }
     req->reason[0] = '\0';
+    if (rc == ENGINE_OK && chg->durable) /* the batch's commit: the next */
+        engine_stamp(s->engine, chg, s->committed_seq + 1);
+    /* Whatever the answer, it was decided from the session's last change
+     * of owner (this one, or an earlier one): not before that is synced. */
+    uint64_t dep = engine_stamp_of(s->engine, req->session, req->session_len);
+    bool in_batch = dep > s->committed_seq;
     switch (rc) {
     case ENGINE_OK:
-        s->nchgs++;
-        if (chg->durable) {
-            s->durable = true;
-            /* This batch's commit is the next one (one at a time). */
-            engine_stamp(s->engine, chg, s->committed_seq + 1);
+        if (in_batch) {
+            assert(chg == &s->chgs[s->nchgs]);
+            s->nchgs++;
+            s->durable = s->durable || chg->durable;
+        } else {
+            count_change(chg, now_ns);
+            engine_finish(s->engine, chg, true);
         }
         req->status = REPLY_OK;
         req->grant_token = grant.token;
@@ -213,13 +255,11 @@ static void decide(struct server *s, int64_t now_ns, struct request *req)
         req->status = REPLY_UNAVAILABLE;
         snprintf(req->reason, sizeof(req->reason), "out of memory");
         req->needs_sync = false;
-        return;
+        return false;
     }
-    /* Whatever the answer, it was decided from the session's last change
-     * of owner (this one, or an earlier one): not before that is synced. */
-    req->needs_sync = engine_stamp_of(s->engine, req->session,
-                                      req->session_len) > s->synced_seq &&
+    req->needs_sync = dep > s->synced_seq &&
                       !FAULT_BROKEN("reply_before_sync"); /* a control */
+    return in_batch;
 }
 
 static void answer_all(struct server *s, struct request *list)
@@ -372,26 +412,6 @@ static void sync_done(uv_work_t *w, int status)
         maybe_finish_close(s);
 }
 
-/* Counts what a committed change did: a takeover (new token), the expiry
- * of the lease it replaced or collected, a reclaim (renewed after expiry,
- * nobody took over). */
-static void count_change(const struct server *s, const struct engine_change *c)
-{
-    bool was_held = c->has_before && c->before.owner_len > 0;
-    if (c->kind == ENGINE_DELETE) {
-        if (was_held)
-            atomic_fetch_add(&metrics.expiries, 1);
-        return;
-    }
-    if (!c->has_before || c->after.token != c->before.token) {
-        atomic_fetch_add(&metrics.takeovers, 1);
-        if (was_held)
-            atomic_fetch_add(&metrics.expiries, 1);
-    } else if (was_held && c->before.expiry_ns <= s->batch_now_ns) {
-        atomic_fetch_add(&metrics.reclaims, 1);
-    }
-}
-
 /* The TTL write ended (see lower_quarantine_ttl): as a failed sync if
  * its sync failed; otherwise, failed, it is tried again at the next
  * tick, and health is not its business. */
@@ -433,7 +453,7 @@ static void commit_done(uv_work_t *w, int status)
         metrics_observe(&metrics.batch_changes, (double)s->nchgs);
         metrics_observe(&metrics.commit_seconds, (double)s->commit_ns / 1e9);
         for (size_t i = 0; i < s->nchgs; i++) {
-            count_change(s, &s->chgs[i]);
+            count_change(&s->chgs[i], s->batch_now_ns);
             engine_finish(s->engine, &s->chgs[i], true);
         }
         FAULT_POINT("after_commit"); /* committed, nothing answered yet */
@@ -519,28 +539,40 @@ static void answer_admin(struct server *s, struct request *r, int64_t now_ns)
     s->reply(s->reply_arg, r);
 }
 
-struct list_ctx {
-    struct request *r;
-    int64_t now_ns, quarantine_end_ns;
-};
-
-/* A listed row. Committed rows: live while not expired, and for every
- * held one during the restart quarantine (as the engine decides). */
+/* A listed row, as committed; list_done() sets its expiry and liveness. */
 static int list_row(void *arg, const struct lease_row *row)
 {
-    struct list_ctx *c = arg;
-    bool live = row->expiry_ns > c->now_ns || c->now_ns < c->quarantine_end_ns;
-    int rc = admin_page_add(c->r, row, live);
+    int rc = admin_page_add(arg, row, false);
     return rc >= 0 ? rc : STORE_ENOMEM;
+}
+
+/* Renewals are never written (see the top of this file), so a listed
+ * row's stored expiry may be old: a row whose owner and token the engine
+ * still has gets the engine's expiry and liveness now; any other row was
+ * replaced since (or is being), and is no longer live. */
+static void list_refresh(const struct server *s, struct admin_result *a)
+{
+    int64_t now_ns = clock_now_ns(&s->clock);
+    for (size_t i = 0; i < a->n; i++) {
+        struct admin_lease *l = &a->leases[i];
+        struct lease_row row;
+        l->live = engine_get(s->engine, l->session, l->session_len, &row) &&
+                  row.owner_len == l->owner_len &&
+                  memcmp(row.owner, l->owner, l->owner_len) == 0 &&
+                  row.token == l->token;
+        if (!l->live)
+            continue;
+        l->expiry_ns = row.expiry_ns;
+        l->live = engine_live(s->engine, l->session, l->session_len, now_ns);
+    }
 }
 
 static void run_list(uv_work_t *w)
 {
     struct server *s = w->data;
     struct request *r = s->lists;
-    struct list_ctx c = {r, s->list_now_ns, s->list_quarantine_end_ns};
     int err = store_list(s->store, r->session, r->session_len, r->page_token,
-                         r->page_token_len, r->page_size + 1, list_row, &c);
+                         r->page_token_len, r->page_size + 1, list_row, r);
     s->list_err = err == 1 ? STORE_OK : err;
 }
 
@@ -559,6 +591,8 @@ static void list_done(uv_work_t *w, int status)
         log_warn("list_failed", "error=\"%s\"", store_list_errmsg(s->store));
         r->status = REPLY_UNAVAILABLE;
         snprintf(r->reason, sizeof(r->reason), "storage unavailable");
+    } else {
+        list_refresh(s, r->admin);
     }
     s->reply(s->reply_arg, r);
     maybe_list(s);
@@ -585,8 +619,6 @@ static void maybe_list(struct server *s)
         maybe_list(s);
         return;
     }
-    s->list_now_ns = clock_now_ns(&s->clock);
-    s->list_quarantine_end_ns = engine_quarantine_end(s->engine);
     s->listing = true;
     uv_queue_work(s->loop, &s->list_work, run_list, list_done);
 }
@@ -650,40 +682,74 @@ static void process(struct server *s)
             for (size_t i = 0; i < s->nchgs; i++)
                 engine_stamp(s->engine, &s->chgs[i], s->committed_seq + 1);
         }
+        /* What depends on this commit waits for it; the rest goes out
+         * now, or after the sync of an earlier commit. */
         struct request *batch = NULL, **tail = &batch;
+        struct request *now = NULL, **now_tail = &now;
         for (size_t n = 0; s->pending != NULL && n < MAX_BATCH; n++) {
             struct request *r = s->pending;
             s->pending = r->next;
             r->next = NULL;
-            decide(s, now_ns, r);
-            *tail = r;
-            tail = &r->next;
+            if (decide(s, now_ns, r, &s->chgs[s->nchgs])) {
+                *tail = r;
+                tail = &r->next;
+            } else {
+                *now_tail = r;
+                now_tail = &r->next;
+            }
         }
         if (s->pending == NULL)
             s->pending_tail = NULL;
-        if (s->nchgs == 0) {
-            /* Nothing to commit; a refusal may still wait for the sync
-             * of a takeover committed earlier. */
-            answer_or_wait(s, batch, s->committed_seq);
-            maybe_sync(s);
-            continue;
+        if (s->nchgs > 0) {
+            s->batch = batch;
+            s->committing = true;
+            uv_queue_work(s->loop, &s->commit_work, run_commit, commit_done);
         }
-        s->batch = batch;
-        s->committing = true;
-        uv_queue_work(s->loop, &s->commit_work, run_commit, commit_done);
+        assert(s->nchgs > 0 || batch == NULL);
+        answer_or_wait(s, now, s->committed_seq);
+        maybe_sync(s);
     }
+}
+
+/* The short path: a renewal of a session with no change in flight is
+ * decided at once, even while a commit is in flight. It keeps owner and
+ * token, so it is soft (never written) and touches no entry the commit
+ * worker reads. Returns false if req must wait for a batch. */
+static bool renew_at_once(struct server *s, int64_t now_ns,
+                          struct request *req)
+{
+    if (req->op != OP_RENEW ||
+        engine_stamp_of(s->engine, req->session, req->session_len) >
+            s->committed_seq)
+        return false;
+    struct engine_change chg;
+    bool in_batch = decide(s, now_ns, req, &chg);
+    assert(!in_batch);
+    (void)in_batch;
+    return true;
 }
 
 void server_submit(struct server *s, struct request *list)
 {
     assert(!s->closing);
-    if (s->pending_tail != NULL)
-        s->pending_tail->next = list;
-    else
-        s->pending = list;
-    while (list->next != NULL)
-        list = list->next;
-    s->pending_tail = list;
+    int64_t now_ns = clock_now_ns(&s->clock);
+    struct request *now = NULL, **now_tail = &now;
+    for (struct request *r = list, *next; r != NULL; r = next) {
+        next = r->next;
+        r->next = NULL;
+        if (renew_at_once(s, now_ns, r)) {
+            *now_tail = r;
+            now_tail = &r->next;
+            continue;
+        }
+        if (s->pending_tail != NULL)
+            s->pending_tail->next = r;
+        else
+            s->pending = r;
+        s->pending_tail = r;
+    }
+    answer_or_wait(s, now, s->committed_seq);
+    maybe_sync(s);
     process(s);
 }
 

@@ -4,7 +4,9 @@
  *
  * Schema (PRAGMA user_version = 1):
  *   leases(session_id TEXT PRIMARY KEY, owner TEXT, token, expiry_ns)
- *     owner '' means released; expiry_ns is wall-clock ns since the epoch.
+ *     owner '' means released; expiry_ns is wall-clock ns since the epoch,
+ *     as of the row's last change of owner: renewals are kept in memory
+ *     only (the restart quarantine covers them; see server.c).
  *   meta(key TEXT PRIMARY KEY, value INTEGER)
  *     'token_floor': the highest token of every row ever deleted; new
  *     sessions start above it, so deleting rows never lowers a token.
@@ -55,15 +57,15 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
     /* A conditional upsert: a new row only if none exists (?5 NULL never
-     * compares equal), an update only if the row is still ?5/?6/?7. */
+     * compares equal), an update only if the row still has owner ?5 and
+     * token ?6. Not its expiry: renewals are not written (see the top). */
     [ST_PUT] = "INSERT INTO leases(session_id, owner, token, expiry_ns) "
                "VALUES(?1, ?2, ?3, ?4) ON CONFLICT(session_id) DO UPDATE "
                "SET owner = excluded.owner, token = excluded.token, "
                "expiry_ns = excluded.expiry_ns "
-               "WHERE leases.owner = ?5 AND leases.token = ?6 "
-               "AND leases.expiry_ns = ?7 RETURNING token",
+               "WHERE leases.owner = ?5 AND leases.token = ?6 RETURNING token",
     [ST_DELETE] = "DELETE FROM leases WHERE session_id = ?1 AND owner = ?2 "
-                  "AND token = ?3 AND expiry_ns = ?4 RETURNING token",
+                  "AND token = ?3 RETURNING token",
     [ST_RAISE_FLOOR] = "UPDATE meta SET value = max(value, ?1) "
                        "WHERE key = 'token_floor'",
 };
@@ -359,7 +361,6 @@ static int apply_one(struct store *s, const struct engine_change *c,
         bind_text(st, 1, c->before.session, c->before.session_len);
         bind_text(st, 2, c->before.owner, c->before.owner_len);
         sqlite3_bind_int64(st, 3, (sqlite3_int64)c->before.token);
-        sqlite3_bind_int64(st, 4, c->before.expiry_ns);
         if (c->before.token > *deleted_max)
             *deleted_max = c->before.token;
         return step_returning(s, ST_DELETE);
@@ -372,11 +373,9 @@ static int apply_one(struct store *s, const struct engine_change *c,
     if (c->has_before) {
         bind_text(st, 5, c->before.owner, c->before.owner_len);
         sqlite3_bind_int64(st, 6, (sqlite3_int64)c->before.token);
-        sqlite3_bind_int64(st, 7, c->before.expiry_ns);
     } else {
         sqlite3_bind_null(st, 5);
         sqlite3_bind_null(st, 6);
-        sqlite3_bind_null(st, 7);
     }
     return step_returning(s, ST_PUT);
 }

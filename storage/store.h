@@ -2,10 +2,11 @@
  * Storage: persists the lease engine's changes.
  *
  * A store is used by one thread at a time (the daemon's loop, or its
- * worker while a commit is in flight; never both), except store_sync(). Every write is
- * conditional: a change applies only if the stored row is still the one
- * the engine saw, and the whole batch is one transaction that commits or
- * leaves nothing behind.
+ * worker while a commit is in flight; never both), except store_sync().
+ * Every write is conditional: a change applies only if the stored row
+ * still has the owner and token the engine saw (its expiry may be older:
+ * the daemon does not write renewals), and the whole batch is one
+ * transaction that commits or leaves nothing behind.
  *
  * Functions return 0 or a negative enum store_err; store_errmsg() says
  * why in words.

@@ -498,6 +498,48 @@ def test_acked_release_survives_kill9():
         assert c.renew(kept).token == kept.token
 
 
+def test_kill9_after_renewals_keeps_the_lease_until_restart_plus_ttl():
+    """Renewals are not written: kill -9 just after a burst of them
+    leaves an older expiry on disk than the one last promised. The
+    restart quarantine covers the difference: no competitor gets either
+    lease before restart + TTL (so not before any promised expiry), the
+    holder that renews keeps its lease, and the other lease goes to the
+    competitor once the quarantine is over."""
+    ttl_s = 2.0
+    with harness.Leased(ttl="2s") as d:
+        c = d.client()
+        kept, dropped = c.acquire("kept", "alice"), c.acquire("dropped", "bob")
+        first = {l.session_id: ns(l.expiry) for l in (kept, dropped)}
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            kept, dropped = c.renew(kept), c.renew(dropped)
+        promised = max(ns(kept.expiry), ns(dropped.expiry))
+        time.sleep(0.3)  # so that the quarantine below outlasts `promised`
+        d.kill9()
+        rows, _ = read_db(d.db_path)
+        for s in ("kept", "dropped"):
+            assert rows[s][2] == first[s], (s, rows[s], first[s])
+            assert rows[s][2] < promised - 500_000_000, (rows[s], promised)
+        before = time.monotonic()
+        d.start()
+        after = time.monotonic()
+        c = d.client()
+        assert c.renew(kept).token == kept.token
+        refused = 0
+        while time.monotonic() < before + ttl_s - 0.1:
+            for s in ("kept", "dropped"):
+                expect_code(HELD, c.acquire, s, "intruder")
+                refused += 1
+            time.sleep(0.05)
+        assert now_ns() > promised, "the quarantine outlasts every promise"
+        assert refused >= 10, refused
+        time.sleep(max(0.0, after + ttl_s + 0.3 - time.monotonic()))
+        got = c.acquire("dropped", "intruder")
+        assert got.token == dropped.token + 1, (got.token, dropped.token)
+        kept = c.renew(kept)  # renewed within the last TTL: still alice's
+        expect_code(HELD, c.acquire, "kept", "intruder")
+
+
 # ---------------------------------------------------------------- quarantine
 
 def _crash_after_expiry(d, c, session="q"):
@@ -974,9 +1016,11 @@ def test_32_owners_race_for_one_session():
 # ---------------------------------------------------------------- storage
 
 def test_storage_failure_unavailable_then_recovers():
-    """The database locked by another process past the busy timeout: the
-    calls get UNAVAILABLE, nothing is stored or changed, and the daemon
-    recovers once the lock is gone."""
+    """The database locked by another process past the busy timeout:
+    takeovers and releases get UNAVAILABLE, nothing is stored or changed,
+    and the daemon recovers once the lock is gone. A renewal needs no
+    storage: it is answered OK meanwhile, before the commits that wait
+    for the lock."""
     with harness.Leased(ttl="5s") as d:
         c = d.client()
         renewed = c.acquire("renewed", "carol")
@@ -984,17 +1028,25 @@ def test_storage_failure_unavailable_then_recovers():
         snap = read_db(d.db_path)
         with harness.WriteLock(d.db_path):
             start = time.monotonic()
+            done = []
+
+            def timed(fn, *args):
+                code = status_of(fn, *args)
+                done.append(fn.__name__)
+                return code
+
             codes = run_threads([
-                lambda: status_of(c.acquire, "s", "alice"),
-                lambda: status_of(c.renew, renewed),
-                lambda: status_of(c.release, freed),
+                lambda: timed(c.acquire, "s", "alice"),
+                lambda: timed(c.renew, renewed),
+                lambda: timed(c.release, freed),
             ])
             took = time.monotonic() - start
             time.sleep(max(0.0, 3.0 - took))
             # Read while the lock is still held: a probe waiting on it
             # recovers the moment it goes, before a read after it.
             log = d.log_text()
-        assert codes == [UNAVAILABLE] * 3, codes
+        assert codes == [UNAVAILABLE, OK, UNAVAILABLE], codes
+        assert done[0] == "renew", done
         assert took >= 1.9, took  # the busy timeout was waited out
         assert read_db(d.db_path) == snap
         assert re.search(r"level=warn msg=commit_failed changes=\d+ error=",
@@ -1016,7 +1068,8 @@ def test_storage_failure_unavailable_then_recovers():
 
 def test_disk_full_unavailable_then_recovers():
     """Writes past the daemon's file size limit fail (EFBIG), as on a full
-    disk: every call gets UNAVAILABLE and nothing changes, the daemon
+    disk: every takeover and release gets UNAVAILABLE and nothing changes
+    (renewals, never written, go on), the daemon
     keeps running (it ignores SIGXFSZ) and logs the failures at most once
     a second, and it recovers once the limit is lifted. liblease's client
     (leasectl) asks again within its deadline, ten times a second."""
@@ -1039,6 +1092,9 @@ def test_disk_full_unavailable_then_recovers():
         while time.monotonic() < end and len(codes) < 3000:
             codes.extend(run_threads(calls))
         assert d.proc.poll() is None, "leased died"
+        renewals = codes[1::3]
+        assert set(renewals) == {OK}, set(renewals)
+        del codes[1::3]
         assert set(codes) == {UNAVAILABLE}, set(codes)
         assert read_db(d.db_path) == snap
         failed = re.findall(r'level=warn msg=commit_failed changes=\d+ '

@@ -1,8 +1,9 @@
 """Durability and group commit, seen from outside the daemon.
 
 - Takeovers and releases are fsynced before they are answered; renewals
-  are not (docs/protocol.md, guarantee 7 and the restart quarantine). Counted with
-  strace on the real binary.
+  are not even written (docs/protocol.md, guarantee 7 and the restart
+  quarantine). Syncs counted with strace on the real binary, rows read
+  from the database file.
 - Calls that arrive while a commit is in flight share the next
   transaction (group commit), seen in the daemon's debug log.
 - An answer that depends on a takeover waits for the takeover's fsync,
@@ -70,6 +71,43 @@ def test_takeovers_and_releases_fsync_renewals_do_not():
     assert quiet < n // 3, quiet
     # One sync (at least) per sequential takeover or release.
     assert busy >= n, busy
+
+
+def test_renewals_are_kept_in_memory_only():
+    """A renewal is answered without a write: the stored row keeps the
+    expiry of its takeover, while Renew, admin Get and List all show the
+    renewed one (the restart quarantine covers it after a crash; see
+    test_daemon's kill -9 tests)."""
+    def stored_expiry(d, session):
+        con = sqlite3.connect(d.db_path, timeout=5)
+        try:
+            return con.execute("SELECT expiry_ns FROM leases "
+                               "WHERE session_id = ?", (session,)).fetchone()[0]
+        finally:
+            con.close()
+
+    with harness.Leased(ttl="30s") as d:
+        c = d.client()
+        first = c.acquire("mem-a", "A")
+        c.acquire("mem-b", "B")
+        time.sleep(0.05)
+        lease = first
+        for _ in range(5):
+            lease = c.renew(lease)
+        renewed = lease.expiry.ToNanoseconds()
+        assert renewed > first.expiry.ToNanoseconds()
+        assert stored_expiry(d, "mem-a") == first.expiry.ToNanoseconds()
+        got = c.get("mem-a")
+        assert (got.token, got.live) == (first.token, True)
+        assert got.expiry.ToNanoseconds() == renewed
+        listed = {l.session_id: l for l in c.list(prefix="mem-").leases}
+        assert sorted(listed) == ["mem-a", "mem-b"], listed
+        assert listed["mem-a"].expiry.ToNanoseconds() == renewed
+        assert listed["mem-a"].live and listed["mem-b"].live
+        # A release matches the stored row on owner and token, whatever
+        # its expiry: it is written, and the session is free at once.
+        c.release(lease)
+        assert c.acquire("mem-a", "C").token == first.token + 1
 
 
 def test_calls_arriving_during_a_commit_share_the_next():
@@ -232,8 +270,8 @@ def test_a_failed_fsync_fails_what_depends_on_it_and_ends_the_daemon():
 
 
 def test_health_does_not_flap_while_every_fsync_fails():
-    """With every fsync failing, renewals still commit; they must not make
-    storage count as recovered. The first failed sync ends the daemon:
+    """With every fsync failing, renewals are still answered (they write
+    nothing); they must not make storage count as recovered. The first failed sync ends the daemon:
     health goes from SERVING to the end of the stream, and no
     storage_recovered is ever logged."""
     with harness.Leased(ttl="5s", env=NO_LEAK_CHECK) as d:
@@ -270,8 +308,8 @@ def test_health_does_not_flap_while_every_fsync_fails():
 
 def test_storage_recovers_only_when_the_kind_that_failed_works():
     """A takeover's commit fails (the database locked past the busy
-    timeout); a renewal committing afterwards says nothing about
-    takeovers, so storage counts as recovered only after a commit that
+    timeout); renewals answered afterwards (never written) say nothing
+    about takeovers, so storage counts as recovered only after a commit that
     changes an owner, or the daemon's own probe of one, succeeds."""
     with harness.Leased(ttl="5s", args=["--log-level", "debug"]) as d:
         c = d.client()

@@ -252,8 +252,7 @@ static int apply_all(struct fake *f, const struct engine_change *chgs,
                       ? found &&
                             same_owner(&rows[at], c->before.owner,
                                        c->before.owner_len) &&
-                            rows[at].token == c->before.token &&
-                            rows[at].expiry_ns == c->before.expiry_ns
+                            rows[at].token == c->before.token
                       : !found;
         if (!ok) {
             free(rows);

@@ -3,8 +3,7 @@
  * fails: the commit/fsync pipeline of server.c's design note.
  *
  * Every reply is checked as it arrives (on_reply): an OK Acquire or
- * Renew must be committed, with the expiry it grants, and its takeover
- * synced; nothing is answered twice; nothing after a fatal sync error.
+ * Renew must stand on a takeover (owner and token) committed and synced; nothing is answered twice; nothing after a fatal sync error.
  * Every case also checks that the store was never used by two threads
  * at once (store_sync apart) and that no call outwaited its gate. */
 #include <stdlib.h>
@@ -63,11 +62,10 @@ static void on_reply(void *arg, struct request *r)
         hh->replied[hh->nreplied++] = r;
     if ((r->op == OP_ACQUIRE || r->op == OP_RENEW) &&
         r->status == REPLY_OK) {
-        /* Never OK for something not stored, nor before its takeover is
-         * on disk (a renewal may go out at its commit only once the
-         * takeover it stands on is synced). */
+        /* Never OK before the takeover it stands on (owner and token) is
+         * on disk. Its expiry need not be: renewals are never written. */
         CHECK(fake_committed(hh->fake, r->session, r->owner, r->grant_token,
-                             r->grant_expiry_ns));
+                             -1));
         CHECK(fake_synced(hh->fake, r->session, r->owner, r->grant_token));
     }
 }
@@ -274,6 +272,23 @@ static void acquired(struct request *r, const char *session,
     CHECK_EQ_U64(r->grant_token, 1);
 }
 
+/* Waits until the commit in flight has ended, on the loop: an admin
+ * Stats waits for it (between batches the engine has no tentative
+ * change) and is answered at once after it. */
+static void commit_ended(void)
+{
+    struct request *st = calloc(1, sizeof(*st));
+    CHECK(st != NULL);
+    stats(st);
+    SUBMIT(st);
+    RUN_UNTIL(answered(st));
+    free(st->admin->leases);
+    free(st->admin);
+    h->replied[h->nreplied - 1] = NULL;
+    h->nreplied--;
+    free(st);
+}
+
 /* --- The normal path ------------------------------------------------- */
 
 /* A takeover is answered neither at its decision nor at its commit, but
@@ -301,27 +316,79 @@ TEST(takeover_answered_only_after_its_commit_and_sync)
     end_case();
 }
 
-/* A renewal of a lease whose takeover is synced changes no owner: it is
- * answered at its commit, with no sync at all. */
-TEST(renewal_of_a_synced_lease_answered_at_its_commit)
+/* A renewal of a lease whose takeover is synced keeps owner and token:
+ * it is answered at once, even while another session's commit and sync
+ * are held, and nothing is written for it. */
+TEST(renewal_answered_at_once_and_never_written)
 {
     begin_case();
     start(LONG_TTL_NS);
-    struct request a, r;
+    struct request a, b, r;
     acquired(&a, "s1", "alice");
-    unsigned syncs = fake_entered(h->fake, FAKE_SYNC);
     fake_hold(h->fake, FAKE_APPLY);
     fake_hold(h->fake, FAKE_SYNC);
+    acquire(&b, "s2", "bob");
+    SUBMIT(&b);
+    RUN_UNTIL(fake_waiting(h->fake, FAKE_APPLY) == 1);
     renew(&r, "s1", "alice", a.grant_token);
     SUBMIT(&r);
-    RUN_UNTIL(fake_waiting(h->fake, FAKE_APPLY) == 1);
-    CHECK(!answered(&r));
-    fake_release(h->fake, FAKE_APPLY);
-    RUN_UNTIL(answered(&r)); /* while every sync is held */
+    CHECK(answered(&r)); /* within server_submit */
     CHECK_EQ_I64(r.status, REPLY_OK);
     CHECK_EQ_U64(r.grant_token, a.grant_token);
     CHECK(r.grant_expiry_ns > a.grant_expiry_ns);
-    CHECK_EQ_U64(fake_entered(h->fake, FAKE_SYNC), syncs);
+    fake_release(h->fake, FAKE_APPLY);
+    fake_release(h->fake, FAKE_SYNC);
+    RUN_UNTIL(answered(&b));
+    size_t sizes[4];
+    CHECK_EQ_U64(fake_applied(h->fake, sizes, 4), 2); /* the takeovers */
+    CHECK(fake_committed(h->fake, "s1", "alice", 1, a.grant_expiry_ns));
+    end_case();
+}
+
+/* A renewal of a session with a change in the commit in flight would
+ * be decided from a change that may fail: it waits for that commit, is
+ * decided after it, and answered once it is synced (still not written).
+ * Decided from a takeover, it is OK; from a release, refused; from a
+ * release whose commit failed (undone), OK again. */
+TEST(renewal_of_a_session_in_flight_waits_for_its_commit)
+{
+    begin_case();
+    start(LONG_TTL_NS);
+    struct request a, b, rel, rel2, r1, r2, r3;
+    acquired(&a, "s1", "alice");
+    fake_hold(h->fake, FAKE_APPLY);
+    acquire(&b, "s2", "bob");
+    lease_req(&rel, OP_RELEASE, "s1", "alice", 1);
+    SUBMIT(&b, &rel);
+    RUN_UNTIL(fake_waiting(h->fake, FAKE_APPLY) == 1);
+    renew(&r1, "s1", "alice", 1);
+    renew(&r2, "s2", "bob", 1);
+    SUBMIT(&r1, &r2);
+    CHECK(!answered(&r1));
+    CHECK(!answered(&r2));
+    fake_release(h->fake, FAKE_APPLY);
+    RUN_UNTIL(answered(&r2));
+    REPLIED_IN_ORDER(&a, &b, &rel, &r1, &r2);
+    CHECK_EQ_I64(r1.status, REPLY_HELD);
+    CHECK_EQ_I64(r2.status, REPLY_OK);
+    CHECK(r2.grant_expiry_ns > b.grant_expiry_ns);
+    size_t sizes[4];
+    CHECK_EQ_U64(fake_applied(h->fake, sizes, 4), 2);
+    CHECK_EQ_U64(sizes[1], 2); /* bob's takeover, alice's release */
+    /* A release that fails to commit leaves the lease to its owner. */
+    fake_hold(h->fake, FAKE_APPLY);
+    fake_fail(h->fake, FAKE_APPLY, STORE_EIO);
+    lease_req(&rel2, OP_RELEASE, "s2", "bob", 1);
+    SUBMIT(&rel2);
+    RUN_UNTIL(fake_waiting(h->fake, FAKE_APPLY) == 1);
+    renew(&r3, "s2", "bob", 1);
+    SUBMIT(&r3);
+    CHECK(!answered(&r3));
+    fake_release(h->fake, FAKE_APPLY);
+    RUN_UNTIL(answered(&r3));
+    CHECK_EQ_I64(rel2.status, REPLY_UNAVAILABLE);
+    CHECK_EQ_I64(r3.status, REPLY_OK);
+    CHECK(r3.grant_expiry_ns > r2.grant_expiry_ns);
     end_case();
 }
 
@@ -342,7 +409,8 @@ TEST(a_sync_answers_only_the_commits_ended_before_it)
     acquire(&c, "s3", "carol");
     renew(&r, "s0", "zoe", z.grant_token);
     SUBMIT(&b, &c, &r); /* commit 3, while commit 2 syncs */
-    RUN_UNTIL(answered(&r)); /* at its commit: commit 3 has ended */
+    CHECK(answered(&r)); /* at once: it depends on no commit */
+    commit_ended();
     CHECK(!answered(&a));
     CHECK(!answered(&b));
     CHECK(!answered(&c));
@@ -359,8 +427,8 @@ TEST(a_sync_answers_only_the_commits_ended_before_it)
 }
 
 /* zoe holds s0 (synced); the sync of alice's takeover of s1 is held,
- * and bob's takeover of s2 has committed behind it (zoe's renewal r1,
- * answered at that commit, says so). */
+ * and bob's takeover of s2 has committed behind it; zoe's renewal r1 is
+ * answered at once all the same. */
 static void sync_held_over_a_commit(struct request *z, struct request *a,
                                     struct request *b, struct request *r1)
 {
@@ -372,7 +440,8 @@ static void sync_held_over_a_commit(struct request *z, struct request *a,
     acquire(b, "s2", "bob");
     renew(r1, "s0", "zoe", 1);
     SUBMIT(b, r1);
-    RUN_UNTIL(answered(r1));
+    CHECK(answered(r1));
+    commit_ended();
 }
 
 /* A sync that begins while a commit is in flight does not cover it,
@@ -387,13 +456,14 @@ TEST(a_sync_begun_during_a_commit_does_not_cover_it)
     acquire(&c, "s3", "carol");
     renew(&r2, "s0", "zoe", 1);
     SUBMIT(&c, &r2);
+    CHECK(answered(&r2));
     RUN_UNTIL(fake_waiting(h->fake, FAKE_APPLY) == 1);
     /* alice's sync ends; the next one, for bob, begins while carol's
      * commit is in flight. */
     fake_step(h->fake, FAKE_SYNC);
     RUN_UNTIL(answered(&a) && fake_waiting(h->fake, FAKE_SYNC) == 1);
     fake_release(h->fake, FAKE_APPLY);
-    RUN_UNTIL(answered(&r2)); /* carol's commit ended */
+    commit_ended(); /* carol's */
     fake_step(h->fake, FAKE_SYNC);
     RUN_UNTIL(answered(&b));
     RUN_UNTIL(answered(&c) || fake_waiting(h->fake, FAKE_SYNC) == 1);
@@ -422,9 +492,10 @@ TEST(answers_wait_for_the_sync_of_the_takeover_they_saw)
     renew(&r, "s1", "alice", 1);
     SUBMIT(&r);
     stats(&st);
-    SUBMIT(&st); /* answered once the renewal's commit has ended */
-    RUN_UNTIL(answered(&st));
+    SUBMIT(&st); /* answered at once: nothing is committing */
+    CHECK(answered(&st));
     CHECK(!answered(&r));
+    CHECK_EQ_U64(fake_entered(h->fake, FAKE_APPLY), 1); /* alice's only */
     fake_release(h->fake, FAKE_SYNC);
     RUN_UNTIL(answered(&r));
     REPLIED_IN_ORDER(&st, &a, &b, &r);
@@ -439,7 +510,8 @@ TEST(answers_wait_for_the_sync_of_the_takeover_they_saw)
 /* A commit fails while the previous one syncs: its whole batch gets
  * UNAVAILABLE and is undone in the engine, storage counts as failing;
  * the takeover syncing is not disturbed and is answered OK after its
- * sync, and so is a refusal that saw it. */
+ * sync, and so are the refusals that saw it; a renewal needs no storage
+ * and is answered OK at once. */
 TEST(commit_failing_while_a_sync_is_in_flight)
 {
     begin_case();
@@ -455,25 +527,27 @@ TEST(commit_failing_while_a_sync_is_in_flight)
     acquire(&x, "s1", "xavier"); /* refused, from alice's takeover */
     renew(&r, "s0", "zoe", z.grant_token);
     SUBMIT(&b, &x, &r);
-    RUN_UNTIL(answered(&b) && answered(&x) && answered(&r));
+    CHECK(answered(&r));
+    CHECK_EQ_I64(r.status, REPLY_OK);
+    RUN_UNTIL(answered(&b));
     CHECK_EQ_I64(b.status, REPLY_UNAVAILABLE);
-    CHECK_EQ_I64(x.status, REPLY_UNAVAILABLE);
-    CHECK_EQ_I64(r.status, REPLY_UNAVAILABLE);
     CHECK(!answered(&a)); /* still syncing */
+    CHECK(!answered(&x)); /* decided from it, not from bob's batch */
     CHECK(h->nstorage >= 1 && !h->storage[0]);
     fake_fail(h->fake, FAKE_APPLY, STORE_OK);
     acquire(&y, "s1", "yves");
     SUBMIT(&y); /* refused: waits for alice's sync too */
     CHECK(!answered(&y));
     fake_release(h->fake, FAKE_SYNC);
-    RUN_UNTIL(answered(&a) && answered(&y));
+    RUN_UNTIL(answered(&a) && answered(&x) && answered(&y));
     CHECK_EQ_I64(a.status, REPLY_OK);
     CHECK_EQ_U64(a.grant_token, 1);
+    CHECK_EQ_I64(x.status, REPLY_HELD);
     CHECK_EQ_I64(y.status, REPLY_HELD);
     /* bob's takeover was undone: carol gets the session, token 1. */
     acquired(&c, "s2", "carol");
     CHECK(h->nstorage >= 2 && h->storage[h->nstorage - 1]); /* recovered */
-    REPLIED_IN_ORDER(&z, &b, &x, &r, &a, &y, &c);
+    REPLIED_IN_ORDER(&z, &r, &b, &a, &x, &y, &c);
     end_case();
 }
 
@@ -489,7 +563,8 @@ TEST(sync_failing_for_requests_spanning_two_commits)
     acquire(&c, "s3", "carol");
     renew(&r2, "s0", "zoe", 1);
     SUBMIT(&c, &r2);
-    RUN_UNTIL(answered(&r2));
+    CHECK(answered(&r2));
+    commit_ended();
     fake_step(h->fake, FAKE_SYNC);
     /* The next sync covers the commits of bob and of carol. */
     RUN_UNTIL(answered(&a) && fake_waiting(h->fake, FAKE_SYNC) == 1);
@@ -549,8 +624,9 @@ TEST(full_queue_spills_into_the_next_batch)
 }
 
 /* After a takeover failed to commit, storage counts as failing until a
- * write of that kind works: a renewal committing does not end it, a
- * probe (a write of its own at a garbage-collection tick) does. */
+ * write of that kind works: a renewal (answered OK, as it needs no
+ * storage) does not end it, a probe (a write of its own at a
+ * garbage-collection tick) does. */
 TEST(failed_takeover_is_not_cleared_by_a_renewal)
 {
     begin_case();
@@ -564,11 +640,11 @@ TEST(failed_takeover_is_not_cleared_by_a_renewal)
     RUN_UNTIL(answered(&b));
     CHECK_EQ_I64(b.status, REPLY_UNAVAILABLE);
     CHECK(h->nstorage == 1 && !h->storage[0]);
-    fake_fail(h->fake, FAKE_APPLY, STORE_OK);
     renew(&r, "s1", "alice", a.grant_token);
     SUBMIT(&r);
-    RUN_UNTIL(answered(&r));
+    CHECK(answered(&r));
     CHECK_EQ_I64(r.status, REPLY_OK);
+    fake_fail(h->fake, FAKE_APPLY, STORE_OK);
     CHECK_EQ_U64(h->nstorage, 1); /* still failing */
     fake_fail(h->fake, FAKE_SET_META, STORE_OK);
     RUN_UNTIL(h->nstorage == 2); /* the next tick's probe */
@@ -712,7 +788,8 @@ TEST(quarantine_ttl_sync_failure_is_fatal)
 }
 
 CHECK_MAIN(takeover_answered_only_after_its_commit_and_sync,
-           renewal_of_a_synced_lease_answered_at_its_commit,
+           renewal_answered_at_once_and_never_written,
+           renewal_of_a_session_in_flight_waits_for_its_commit,
            a_sync_answers_only_the_commits_ended_before_it,
            a_sync_begun_during_a_commit_does_not_cover_it,
            answers_wait_for_the_sync_of_the_takeover_they_saw,

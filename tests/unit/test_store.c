@@ -139,6 +139,36 @@ TEST(stale_condition_rolls_back_whole_batch)
     store_close(s);
 }
 
+/* Renewals are not written, so the engine's row may have a later expiry
+ * than the stored one: a change matches on owner and token only. */
+TEST(changes_match_owner_and_token_not_expiry)
+{
+    fresh();
+    struct store *s = open_store();
+    struct engine_change a = put("s1", "A", 1, 100);
+    struct engine_change b = put("s2", "A", 1, 100);
+    struct engine_change batch[] = {a, b};
+    CHECK_EQ_I64(store_apply(s, batch, 2), STORE_OK);
+    a.after.expiry_ns = 900; /* renewed in memory only */
+    b.after.expiry_ns = 900;
+    struct engine_change wrong_owner = update(a, "", 1, 900);
+    wrong_owner.before.owner = "B";
+    CHECK_EQ_I64(store_apply(s, &wrong_owner, 1), STORE_ECONFLICT);
+    struct engine_change release = update(a, "", 1, 900);
+    struct engine_change del = {.kind = ENGINE_DELETE, .has_before = true,
+                                .before = b.after};
+    struct engine_change both[] = {release, del};
+    CHECK_EQ_I64(store_apply(s, both, 2), STORE_OK);
+    struct loaded l = {0};
+    uint64_t floor = 0;
+    CHECK_EQ_I64(store_load(s, collect, &l, &floor), STORE_OK);
+    CHECK_EQ_I64(l.n, 1);
+    CHECK_STR(l.owner[0], "");
+    CHECK_EQ_I64(l.expiry[0], 900);
+    CHECK_EQ_U64(floor, 1);
+    store_close(s);
+}
+
 TEST(delete_raises_floor_never_lowers)
 {
     fresh();
@@ -246,6 +276,7 @@ TEST(meta_values_survive_reopen)
 
 CHECK_MAIN(meta_values_survive_reopen, put_update_and_reload,
            stale_condition_rolls_back_whole_batch,
+           changes_match_owner_and_token_not_expiry,
            delete_raises_floor_never_lowers,
            raise_tokens_lifts_rows_and_floor_never_lowers,
            newer_schema_refused, busy_database_fails_then_recovers)
