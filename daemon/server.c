@@ -44,12 +44,12 @@
  * nothing about the takeovers that failed before it (a full disk may
  * still take the one and not the other).
  *
- * If a sync fails, nothing is answered any more:
- * Linux may have dropped the dirty pages it could not write, so the page
- * cache, and the engine built on it, are no longer the truth, and any
- * later sync could succeed over a hole. The server calls its fatal
- * callback (leased exits for its supervisor to restart it, which re-reads
- * the disk under a fresh restart quarantine).
+ * If a sync fails, nothing is answered any more: Linux may have dropped
+ * the dirty pages it could not write, so the page cache, and the engine
+ * built on it, are no longer the truth, and any later sync could succeed
+ * over a hole. The server calls its fatal callback (leased exits for its
+ * supervisor to restart it, which re-reads the disk under a fresh restart
+ * quarantine).
  *
  * The engine and the store are touched only by the loop, and by the
  * commit worker only while `committing`: then the worker reads the

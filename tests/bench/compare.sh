@@ -39,7 +39,7 @@
 #
 #   tests/bench/compare.sh [--workloads "renew churn"] [--concurrency "1 16 64 256"]
 #       [--rounds 3] [--duration 10s] [--warmup 2s] [--sessions 1024]
-#       [--connections 1] [--threads 1]
+#       [--connections 1] [--threads 1]   (threads: at most one per call in flight)
 #       [--systems "leased leased-pg leased-pg2 null etcd redis redis-aof"]
 #       [--build DIR] [--out DIR]
 #
@@ -427,10 +427,12 @@ for round in $(seq "$rounds"); do
           sess_i=("${sess[@]}")
           [ ${#sess[@]} -eq 0 ] || [ "$parts" -eq 1 ] ||
             sess_i=(--sessions $((sessions / parts + (i < sessions % parts))))
+          conc_i=$((conc / parts + (i < conc % parts)))
+          threads_i=$((threads < conc_i ? threads : conc_i))
           timeout -k 5 "$run_bound" "$leasebench" --target "${urls[i]}" \
             --workload "$workload" "${sess_i[@]}" \
-            --concurrency $((conc / parts + (i < conc % parts))) \
-            --connections "$connections" --threads "$threads" \
+            --concurrency "$conc_i" \
+            --connections "$connections" --threads "$threads_i" \
             --duration "$duration" --warmup "$warmup" --json \
             >"$out_i.json" 2>"$out_i.err" &
           bench_pids+=($!)  # waited for in the background: a signal stops it
