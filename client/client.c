@@ -49,6 +49,10 @@ const char *lease_strerror(int err)
         return "no answer within the deadline: outcome unknown";
     case LEASE_ENOMEM:
         return "out of memory";
+    case LEASE_EDENIED:
+        return "not allowed for this caller";
+    case LEASE_EUNAUTH:
+        return "no valid credentials";
     default:
         return "unknown error";
     }

@@ -36,6 +36,10 @@ static int status_error(grpc_status_code code)
         return LEASE_EINVAL;
     case GRPC_STATUS_DEADLINE_EXCEEDED:
         return LEASE_EDEADLINE;
+    case GRPC_STATUS_PERMISSION_DENIED:
+        return LEASE_EDENIED;
+    case GRPC_STATUS_UNAUTHENTICATED:
+        return LEASE_EUNAUTH;
     default:
         return LEASE_EUNAVAILABLE;
     }

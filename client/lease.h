@@ -50,6 +50,14 @@ enum lease_err {
      * effect. Never read it as "not held". */
     LEASE_EDEADLINE = -5,
     LEASE_ENOMEM = -6,
+    /* The server knows who the caller is, and its policy does not let it
+     * use this session, owner or call (gRPC PERMISSION_DENIED). Nothing
+     * changed. Retrying will not help until the policy changes. */
+    LEASE_EDENIED = -7,
+    /* The server does not know who the caller is: no credentials, or
+     * wrong ones (gRPC UNAUTHENTICATED). Nothing changed. Fix the bearer
+     * token or the client certificate. */
+    LEASE_EUNAUTH = -8,
 };
 
 /* A static description of err ("held by another owner", …). */
@@ -193,8 +201,9 @@ struct lease_keeper_set;
 struct lease_keeper_callbacks {
     /* The lease is lost: a renewal was refused (err LEASE_EHELD: another
      * owner took it over after it expired), or no renewal succeeded
-     * before the local deadline (err LEASE_EUNAVAILABLE or
-     * LEASE_EDEADLINE). Stop working on the session; the keeper will not
+     * before the local deadline (err: the last failure, such as
+     * LEASE_EUNAVAILABLE, LEASE_EDEADLINE, LEASE_EDENIED or
+     * LEASE_EUNAUTH). Stop working on the session; the keeper will not
      * release it. Called once, on the keeper's thread. May be NULL. */
     void (*lost)(void *arg, const struct lease *l, int err);
     /* A renewal failed but the lease is still trusted (until the local

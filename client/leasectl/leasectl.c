@@ -47,6 +47,10 @@ int ctl_exit_of(int err)
         return EXIT_INVALID;
     case LEASE_EUNSUPPORTED:
         return EXIT_UNSUPPORTED;
+    case LEASE_EDENIED:
+        return EXIT_DENIED;
+    case LEASE_EUNAUTH:
+        return EXIT_UNAUTHENTICATED;
     default:
         return EXIT_FAILED;
     }
@@ -66,6 +70,10 @@ static grpc_status_code status_of(int err)
         return GRPC_STATUS_DEADLINE_EXCEEDED;
     case LEASE_ENOMEM:
         return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    case LEASE_EDENIED:
+        return GRPC_STATUS_PERMISSION_DENIED;
+    case LEASE_EUNAUTH:
+        return GRPC_STATUS_UNAUTHENTICATED;
     default:
         return GRPC_STATUS_UNAVAILABLE;
     }
@@ -252,9 +260,11 @@ static int reported(const struct ctl *c, grpc_status_code st,
         return EXIT_UNSUPPORTED;
     case GRPC_STATUS_UNAVAILABLE:
     case GRPC_STATUS_DEADLINE_EXCEEDED:
-    case GRPC_STATUS_UNAUTHENTICATED: /* as liblease reports it */
-    case GRPC_STATUS_PERMISSION_DENIED:
         return EXIT_UNAVAILABLE;
+    case GRPC_STATUS_PERMISSION_DENIED:
+        return EXIT_DENIED;
+    case GRPC_STATUS_UNAUTHENTICATED:
+        return EXIT_UNAUTHENTICATED;
     default:
         return EXIT_FAILED;
     }

@@ -25,6 +25,8 @@ enum {
     EXIT_INVALID = 5,     /* refused as invalid */
     EXIT_NOT_FOUND = 6,   /* get: no lease */
     EXIT_UNSUPPORTED = 7, /* the server does not serve leases */
+    EXIT_DENIED = 8,      /* the server's policy refused the caller */
+    EXIT_UNAUTHENTICATED = 9, /* no valid credentials */
 };
 
 /* The commands, in the order of the usage. */

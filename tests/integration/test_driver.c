@@ -135,10 +135,10 @@ TEST(tls_and_token_refusals)
     /* No token, a wrong one: the server says UNAUTHENTICATED. */
     struct lease_grpc_options o = good;
     o.token = NULL;
-    CHECK_EQ_I64(acquire(d.addr, &o, "b"), LEASE_EUNAVAILABLE);
+    CHECK_EQ_I64(acquire(d.addr, &o, "b"), LEASE_EUNAUTH);
     CHECK(strstr(lease_errmsg(), "bearer token") != NULL);
     o.token = "tok-124";
-    CHECK_EQ_I64(acquire(d.addr, &o, "b"), LEASE_EUNAVAILABLE);
+    CHECK_EQ_I64(acquire(d.addr, &o, "b"), LEASE_EUNAUTH);
     /* A CA that did not sign the server's certificate; plaintext. */
     o = good;
     o.tls_ca_file = cert("foreign-ca.pem");

@@ -26,6 +26,7 @@ import harness
 from harness import Leased
 
 HELD, UNAVAILABLE, INVALID, NOT_FOUND, USAGE = 3, 4, 5, 6, 2
+DENIED, UNAUTHENTICATED = 8, 9
 
 
 def environ(env=None):
@@ -365,7 +366,7 @@ def test_tls_and_token_file():
         harness.write_private(tokens, "# for leasectl\nctl-token\n")
         with Leased(tls=c, token="ctl-token") as d:
             tls = ["--tls-ca", c.path("ca.pem")]
-            assert ctl(d, "stats", extra=tls)[0] == UNAVAILABLE  # no token
+            assert ctl(d, "stats", extra=tls)[0] == UNAUTHENTICATED
             a = ctl_json(d, "acquire", "t", "--owner", "o",
                          extra=tls + ["--token-file", tokens])
             assert a["token"] == 1
@@ -375,6 +376,45 @@ def test_tls_and_token_file():
                                "--tls-ca", c.path("ca.pem"), "--json",
                                "--token-file", tokens)
             assert rc == 0 and json.loads(out)["token"] == 1, (rc, err)
+
+
+def test_refused_credentials_and_policy_have_exit_codes_of_their_own():
+    """No bearer token, or a wrong one: exit 9 (UNAUTHENTICATED), for lease
+    and admin calls alike, and nothing changes; a call the server's
+    policy refuses (PERMISSION_DENIED, here from a stand-in server that
+    refuses every lease call): exit 8. Neither is folded into "unavailable"
+    (4), which a caller would retry."""
+    with tempfile.TemporaryDirectory() as tmp:
+        wrong = os.path.join(tmp, "wrong")
+        harness.write_private(wrong, "not-the-token\n")
+        with Leased(token="right-token") as d:
+            for extra in ([], ["--token-file", wrong]):
+                for args in (("acquire", "s", "--owner", "o"), ("stats",)):
+                    rc, _, err = ctl(d, *args, extra=extra)
+                    assert rc == UNAUTHENTICATED, (args, extra, rc, err)
+                    assert err.rstrip().endswith("(UNAUTHENTICATED)"), err
+            assert d.client().stats().takeovers == 0  # nothing was taken
+
+    def refuse(request, context):
+        context.abort(harness.grpc.StatusCode.PERMISSION_DENIED,
+                      "session s is outside this caller's policy")
+
+    from concurrent import futures
+    server = harness.grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers((harness.grpc.method_handlers_generic_handler(
+        "mecatl.driver.v1.SessionLeaseService",
+        {m: harness.grpc.unary_unary_rpc_method_handler(refuse)
+         for m in ("Acquire", "Renew", "Release")}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        rc, _, err = run_ctl("--url", "127.0.0.1:%d" % port, "acquire", "s",
+                             "--owner", "o")
+        assert rc == DENIED, (rc, err)
+        assert err == ("leasectl: acquire: session s is outside this "
+                       "caller's policy (PERMISSION_DENIED)\n"), err
+    finally:
+        server.stop(0)
 
 
 def hold(d, *args, env=None, **kw):
