@@ -81,8 +81,8 @@ const struct config_option config_options[] = {
              "warning)"},
     {.name = "auth-token-file", .env = "LEASED_AUTH_TOKEN_FILE", .arg = "FILE",
      .kind = CONFIG_FILE, FIELD(auth_token_file),
-     .help = "bearer tokens, one per line: every call needs "
-             "'authorization: Bearer TOKEN'; mode 600"},
+     .help = "bearer tokens, one per line as 'NAME TOKEN': every call "
+             "needs 'authorization: Bearer TOKEN'; mode 600"},
     {.name = "admin-token-file", .env = "LEASED_ADMIN_TOKEN_FILE",
      .arg = "FILE",
      .kind = CONFIG_FILE, FIELD(admin_token_file),

@@ -406,7 +406,7 @@ static bool admit(struct rpc *r)
         if (grpc_slice_str_cmp(m->key, "authorization") == 0 &&
             tokens_check(tokens,
                          (const char *)GRPC_SLICE_START_PTR(m->value),
-                         GRPC_SLICE_LENGTH(m->value)))
+                         GRPC_SLICE_LENGTH(m->value), NULL))
             return true;
     }
     log_debug("unauthenticated", NULL);

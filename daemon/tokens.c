@@ -18,6 +18,7 @@
 struct token {
     unsigned char bytes[TOKENS_MAX_LEN];
     size_t len;
+    char name[TOKENS_NAME_MAX + 1]; /* the identity: see tokens.h */
 };
 
 struct set {
@@ -31,10 +32,99 @@ struct tokens {
     struct set set;
 };
 
-static bool token_char(unsigned char c)
+static bool alnum(unsigned char c)
 {
     return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-           (c >= '0' && c <= '9') || strchr("-._~+/=", c) != NULL;
+           (c >= '0' && c <= '9');
+}
+
+static bool token_char(unsigned char c)
+{
+    return alnum(c) || (c != '\0' && strchr("-._~+/=", c) != NULL);
+}
+
+static bool name_char(unsigned char c)
+{
+    return alnum(c) || (c != '\0' && strchr("-._:@", c) != NULL);
+}
+
+/* Cuts the next blank-separated field off *p; NULL when none is left. */
+static char *field(char **p)
+{
+    char *f = *p + strspn(*p, " \t");
+    if (*f == '\0')
+        return NULL;
+    char *end = f + strcspn(f, " \t");
+    *p = end;
+    if (*end != '\0') {
+        *end = '\0';
+        *p = end + 1;
+    }
+    return f;
+}
+
+/* Checks one line's token (and name, or NULL) and adds it to *set.
+ * Messages name the line, never the token. */
+static int add(const char *path, int lineno, const char *name,
+               const char *tok, struct set *set, char *errmsg, size_t len)
+{
+    size_t n = strlen(tok);
+    for (size_t i = 0; i < n; i++) {
+        if (!token_char((unsigned char)tok[i])) {
+            snprintf(errmsg, len,
+                     "%s: line %d: a token may hold only A-Z a-z 0-9 "
+                     "and -._~+/=",
+                     path, lineno);
+            return -1;
+        }
+    }
+    if (n > TOKENS_MAX_LEN) {
+        snprintf(errmsg, len, "%s: line %d: token longer than %d", path,
+                 lineno, TOKENS_MAX_LEN);
+        return -1;
+    }
+    size_t name_len = name != NULL ? strlen(name) : 0;
+    for (size_t i = 0; i < name_len; i++) {
+        if (!name_char((unsigned char)name[i])) {
+            snprintf(errmsg, len,
+                     "%s: line %d: a name may hold only A-Z a-z 0-9 "
+                     "and -._:@",
+                     path, lineno);
+            return -1;
+        }
+    }
+    if (name_len > TOKENS_NAME_MAX) {
+        snprintf(errmsg, len, "%s: line %d: name longer than %d", path,
+                 lineno, TOKENS_NAME_MAX);
+        return -1;
+    }
+    if (set->n == TOKENS_MAX_COUNT) {
+        snprintf(errmsg, len, "%s: more than %d tokens", path,
+                 TOKENS_MAX_COUNT);
+        return -1;
+    }
+    struct token *t = &set->tok[set->n];
+    memset(t, 0, sizeof(*t));
+    memcpy(t->bytes, tok, n);
+    t->len = n;
+    if (name != NULL)
+        memcpy(t->name, name, name_len);
+    else
+        snprintf(t->name, sizeof(t->name), "token-%d", lineno);
+    for (size_t k = 0; k < set->n; k++) {
+        const struct token *o = &set->tok[k];
+        if (strcmp(o->name, t->name) == 0 ||
+            (o->len == n && memcmp(o->bytes, tok, n) == 0)) {
+            snprintf(errmsg, len, "%s: line %d: %s as an earlier line",
+                     path, lineno,
+                     strcmp(o->name, t->name) == 0 ? "the same name"
+                                                   : "the same token");
+            explicit_bzero(t, sizeof(*t));
+            return -1;
+        }
+    }
+    set->n++;
+    return 0;
 }
 
 /* Reads the whole file into buf (FILE_MAX + 1 bytes), checking its mode;
@@ -95,33 +185,21 @@ static int parse(const char *path, char *text, struct set *set, char *errmsg,
         size_t n = strlen(line);
         while (n > 0 && strchr(" \t\r", line[n - 1]) != NULL)
             line[--n] = '\0';
-        while (*line == ' ' || *line == '\t')
-            line++, n--;
-        if (n == 0 || line[0] == '#')
+        char *rest = line;
+        char *first = field(&rest);
+        if (first == NULL || first[0] == '#')
             continue;
-        for (size_t i = 0; i < n; i++) {
-            if (!token_char((unsigned char)line[i])) {
-                snprintf(errmsg, len,
-                         "%s: line %d: a token may hold only A-Z a-z 0-9 "
-                         "and -._~+/=",
-                         path, lineno);
-                return -1;
-            }
-        }
-        if (n > TOKENS_MAX_LEN) {
-            snprintf(errmsg, len, "%s: line %d: token longer than %d", path,
-                     lineno, TOKENS_MAX_LEN);
+        char *second = field(&rest);
+        if (field(&rest) != NULL) {
+            snprintf(errmsg, len,
+                     "%s: line %d: want TOKEN, or NAME and TOKEN separated "
+                     "by blanks",
+                     path, lineno);
             return -1;
         }
-        if (set->n == TOKENS_MAX_COUNT) {
-            snprintf(errmsg, len, "%s: more than %d tokens", path,
-                     TOKENS_MAX_COUNT);
+        if (add(path, lineno, second != NULL ? first : NULL,
+                second != NULL ? second : first, set, errmsg, len) != 0)
             return -1;
-        }
-        struct token *t = &set->tok[set->n++];
-        memset(t->bytes, 0, sizeof(t->bytes));
-        memcpy(t->bytes, line, n);
-        t->len = n;
     }
     if (set->n == 0) {
         snprintf(errmsg, len, "%s: no token in the file", path);
@@ -237,7 +315,8 @@ static bool same(const struct token *a, const struct token *b)
     return diff == 0;
 }
 
-bool tokens_check(struct tokens *t, const char *value, size_t value_len)
+bool tokens_check(struct tokens *t, const char *value, size_t value_len,
+                  char name[TOKENS_NAME_MAX + 1])
 {
     /* "Bearer" (any case), spaces, the token. */
     if (value_len < 7 || strncasecmp(value, "bearer", 6) != 0 ||
@@ -253,13 +332,23 @@ bool tokens_check(struct tokens *t, const char *value, size_t value_len)
     memset(given.bytes, 0, sizeof(given.bytes));
     memcpy(given.bytes, value + i, n);
     given.len = n;
-    bool match = false;
+    /* Every token is compared, and the match picked without a branch on
+     * it, so that the time says nothing about which one matched. */
+    size_t found = 0, which = 0;
     pthread_mutex_lock(&t->lock);
-    for (size_t k = 0; k < t->set.n; k++)
-        match |= same(&given, &t->set.tok[k]);
+    for (size_t k = 0; k < t->set.n; k++) {
+        size_t first = (size_t)same(&given, &t->set.tok[k]) & ~found;
+        size_t mask = (size_t)0 - first;
+        which = (which & ~mask) | (k & mask);
+        found |= first;
+    }
+    if (name != NULL)
+        memcpy(name, t->set.tok[which].name, TOKENS_NAME_MAX + 1);
     pthread_mutex_unlock(&t->lock);
     explicit_bzero(given.bytes, sizeof(given.bytes));
-    return match;
+    if (name != NULL && !found)
+        name[0] = '\0';
+    return found != 0;
 }
 
 size_t tokens_count(struct tokens *t)

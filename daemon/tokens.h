@@ -2,11 +2,16 @@
  * Bearer tokens (--auth-token-file): the set of tokens a call may present
  * as `authorization: Bearer <token>`.
  *
- * The file holds one token per line; blank lines and lines starting with
- * '#' are ignored, surrounding spaces trimmed. A token is 1..TOKENS_MAX_LEN
- * characters of [A-Za-z0-9-._~+/=] (RFC 6750). The file must belong to
- * nobody but its owner: any group or other permission bit refuses it, as
- * ssh does with keys. Tokens never appear in messages.
+ * The file holds one token per line, alone or after its name: `TOKEN` or
+ * `NAME TOKEN`, fields separated by blanks (spaces, tabs); blank lines
+ * and lines starting with '#' are ignored. A token is 1..TOKENS_MAX_LEN
+ * characters of [A-Za-z0-9-._~+/=] (RFC 6750); a name, the identity of
+ * whoever presents the token, 1..TOKENS_NAME_MAX characters of
+ * [A-Za-z0-9-._:@]. A token without a name is named `token-LINE`, LINE
+ * its line number in the file. No name and no token may appear twice.
+ * The file must belong to nobody but its owner: any group or other
+ * permission bit refuses it, as ssh does with keys. Tokens never appear
+ * in messages.
  *
  * tokens_check() may run on any thread while tokens_reload() replaces the
  * set on another; it compares in time that depends on neither a token's
@@ -20,6 +25,7 @@
 
 #define TOKENS_MAX_LEN 256
 #define TOKENS_MAX_COUNT 64
+#define TOKENS_NAME_MAX 64
 
 struct tokens;
 
@@ -43,8 +49,11 @@ struct tokens *tokens_parse(const char *name, const char *text,
 int tokens_reload(struct tokens *t, char *errmsg, size_t len);
 
 /* Whether value (an `authorization` header value, value_len bytes, not
- * NUL-terminated) is "Bearer <token>" for a token in the set. */
-bool tokens_check(struct tokens *t, const char *value, size_t value_len);
+ * NUL-terminated) is "Bearer <token>" for a token in the set. If so, and
+ * name is not NULL, name gets the token's name (NUL-terminated); if not,
+ * "". */
+bool tokens_check(struct tokens *t, const char *value, size_t value_len,
+                  char name[TOKENS_NAME_MAX + 1]);
 
 /* Number of tokens in the set. */
 size_t tokens_count(struct tokens *t);

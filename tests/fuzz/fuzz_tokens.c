@@ -5,16 +5,19 @@
  *
  * The input is the file's contents. A parser of this file's own, written
  * from tokens.h's rules, says what the set must be: one token per line,
- * blank lines and '#' lines skipped, spaces and tabs trimmed (and a
- * trailing '\r'), 1..TOKENS_MAX_LEN characters of [A-Za-z0-9-._~+/=],
- * at most TOKENS_MAX_COUNT tokens, at least one, and at most 64 KiB of
- * text. Nothing may crash or leak, and:
+ * alone or after its name (fields separated by blanks), blank lines and
+ * '#' lines skipped, trailing spaces, tabs and '\r' trimmed; a token of
+ * 1..TOKENS_MAX_LEN characters of [A-Za-z0-9-._~+/=], a name of
+ * 1..TOKENS_NAME_MAX of [A-Za-z0-9-._:@] ("token-LINE" when there is
+ * none), no name or token twice, at most TOKENS_MAX_COUNT tokens, at
+ * least one, and at most 64 KiB of text. Nothing may crash or leak, and:
  *  - the parse succeeds exactly when the reference's does, with the same
  *    number of tokens; a bad line is named by its number, and no token
  *    appears in the message;
- *  - every token is accepted as "Bearer <token>", and for the first lines
- *    of the file tokens_check() agrees with the reference on the line
- *    itself and on "Bearer <line>" as header values;
+ *  - every token is accepted as "Bearer <token>" and gives its name, and
+ *    for the first lines of the file tokens_check() agrees with the
+ *    reference on the line itself and on "Bearer <line>" as header
+ *    values;
  *  - a parsed set has no file, so tokens_reload() fails.
  *
  * One behaviour tokens.h does not state is modelled as it is: the text
@@ -46,10 +49,11 @@ struct span {
 /* What the reference makes of a file. */
 struct expect {
     bool ok;
-    enum { BAD_NONE, BAD_SIZE, BAD_CHAR, BAD_LONG, BAD_COUNT, BAD_EMPTY } bad;
+    enum { BAD_NONE, BAD_SIZE, BAD_LINE, BAD_COUNT, BAD_EMPTY } bad;
     int bad_line;
     size_t n;
     struct span tok[TOKENS_MAX_COUNT];
+    char name[TOKENS_MAX_COUNT][TOKENS_NAME_MAX + 1];
 };
 
 static bool token_byte(unsigned char c)
@@ -57,6 +61,58 @@ static bool token_byte(unsigned char c)
     return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
            (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' ||
            c == '~' || c == '+' || c == '/' || c == '=';
+}
+
+static bool name_byte(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+           (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' ||
+           c == ':' || c == '@';
+}
+
+static bool all_of(struct span f, bool (*ok)(unsigned char))
+{
+    for (size_t i = 0; i < f.len; i++)
+        if (!ok((unsigned char)f.p[i]))
+            return false;
+    return true;
+}
+
+/* The line's token (and name, f[0], when it has two fields) into x;
+ * false, with x->bad set, when the line is bad. */
+static bool reference_line(struct expect *x, int lineno, struct span *f,
+                           int nf)
+{
+    struct span tok = f[nf - 1];
+    bool named = nf == 2;
+    if (nf > 2 || !all_of(tok, token_byte) || tok.len > TOKENS_MAX_LEN ||
+        (named && (!all_of(f[0], name_byte) ||
+                   f[0].len > TOKENS_NAME_MAX))) {
+        x->bad = BAD_LINE;
+        x->bad_line = lineno;
+        return false;
+    }
+    if (x->n == TOKENS_MAX_COUNT) {
+        x->bad = BAD_COUNT;
+        return false;
+    }
+    char name[TOKENS_NAME_MAX + 1];
+    if (named)
+        snprintf(name, sizeof(name), "%.*s", (int)f[0].len, f[0].p);
+    else
+        snprintf(name, sizeof(name), "token-%d", lineno);
+    for (size_t k = 0; k < x->n; k++) {
+        if (strcmp(x->name[k], name) == 0 ||
+            (x->tok[k].len == tok.len &&
+             memcmp(x->tok[k].p, tok.p, tok.len) == 0)) {
+            x->bad = BAD_LINE;
+            x->bad_line = lineno;
+            return false;
+        }
+    }
+    memcpy(x->name[x->n], name, sizeof(name));
+    x->tok[x->n++] = tok;
+    return true;
 }
 
 static void reference(const char *text, size_t len, struct expect *x)
@@ -74,32 +130,27 @@ static void reference(const char *text, size_t len, struct expect *x)
         lineno++;
         const char *nl = memchr(text + start, '\n', len - start);
         size_t end = nl != NULL ? (size_t)(nl - text) : len;
-        size_t a = start, b = end;
-        while (b > a && (text[b - 1] == ' ' || text[b - 1] == '\t' ||
-                         text[b - 1] == '\r'))
+        size_t b = end;
+        while (b > start && (text[b - 1] == ' ' || text[b - 1] == '\t' ||
+                             text[b - 1] == '\r'))
             b--;
-        while (a < b && (text[a] == ' ' || text[a] == '\t'))
-            a++;
+        struct span f[3];
+        int nf = 0;
+        for (size_t i = start; i < b && nf < 3;) {
+            while (i < b && (text[i] == ' ' || text[i] == '\t'))
+                i++;
+            size_t j = i;
+            while (j < b && text[j] != ' ' && text[j] != '\t')
+                j++;
+            if (j > i)
+                f[nf++] = (struct span){text + i, j - i};
+            i = j;
+        }
         start = end + 1;
-        if (a == b || text[a] == '#')
+        if (nf == 0 || f[0].p[0] == '#')
             continue;
-        for (size_t i = a; i < b; i++) {
-            if (!token_byte((unsigned char)text[i])) {
-                x->bad = BAD_CHAR;
-                x->bad_line = lineno;
-                return;
-            }
-        }
-        if (b - a > TOKENS_MAX_LEN) {
-            x->bad = BAD_LONG;
-            x->bad_line = lineno;
+        if (!reference_line(x, lineno, f, nf))
             return;
-        }
-        if (x->n == TOKENS_MAX_COUNT) {
-            x->bad = BAD_COUNT;
-            return;
-        }
-        x->tok[x->n++] = (struct span){text + a, b - a};
     }
     if (x->n == 0) {
         x->bad = BAD_EMPTY;
@@ -136,12 +187,13 @@ static bool reference_check(const struct expect *x, const char *v,
 static void check_header(struct tokens *t, const struct expect *x,
                          const char *v, size_t len)
 {
-    REQUIRE(tokens_check(t, v, len) == reference_check(x, v, len));
+    REQUIRE(tokens_check(t, v, len, NULL) == reference_check(x, v, len));
     char *h = malloc(len + 7);
     REQUIRE(h != NULL);
     memcpy(h, "Bearer ", 7);
     memcpy(h + 7, v, len);
-    REQUIRE(tokens_check(t, h, len + 7) == reference_check(x, h, len + 7));
+    REQUIRE(tokens_check(t, h, len + 7, NULL) ==
+            reference_check(x, h, len + 7));
     free(h);
 }
 
@@ -149,7 +201,7 @@ static void check_message(const struct expect *x, const char *err)
 {
     REQUIRE(strncmp(err, "fuzz: ", 6) == 0 ||
             strcmp(err, "out of memory") == 0);
-    if (x->bad == BAD_CHAR || x->bad == BAD_LONG) {
+    if (x->bad == BAD_LINE) {
         char want[32];
         snprintf(want, sizeof(want), "line %d:", x->bad_line);
         REQUIRE(strstr(err, want) != NULL);
@@ -184,7 +236,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char h[7 + TOKENS_MAX_LEN];
         memcpy(h, "Bearer ", 7);
         memcpy(h + 7, x.tok[k].p, x.tok[k].len);
-        REQUIRE(tokens_check(t, h, 7 + x.tok[k].len));
+        char name[TOKENS_NAME_MAX + 1];
+        REQUIRE(tokens_check(t, h, 7 + x.tok[k].len, name));
+        REQUIRE(strcmp(name, x.name[k]) == 0);
     }
     size_t start = 0;
     for (int line = 0; line < HEADER_LINES && start < size; line++) {

@@ -281,8 +281,32 @@ def test_broken_token_file_on_reload_keeps_the_old_tokens():
         assert acquire_status(c, "k2") == OK
         harness.write_private(d.token_file, "bad token with spaces\n")
         d.proc.send_signal(signal.SIGHUP)
-        d.wait_log(r'reason="[^"]*line 1: a token may hold only')
+        d.wait_log(r'reason="[^"]*line 1: want TOKEN, or NAME and TOKEN')
         assert acquire_status(c, "k3") == OK
+
+
+def test_named_tokens_and_tokens_alone_in_one_file():
+    """`NAME TOKEN` lines and the older token-only lines work side by side;
+    a name given twice refuses the start, naming the line and not the
+    token."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "tokens")
+        harness.write_private(path, "# teams\nbilling\ttok-billing-1\n"
+                                    "ops@example.org tok-ops-1\nlegacy-tok\n")
+        with Leased(args=["--auth-token-file", path]) as d:
+            ch = d.channel()
+            for tok in ("tok-billing-1", "tok-ops-1", "legacy-tok"):
+                assert acquire_status(harness.Client(ch, token=tok),
+                                      "n-" + tok) == OK, tok
+            for tok in ("billing", "ops@example.org", "tok-billing-1 x"):
+                assert acquire_status(harness.Client(ch, token=tok),
+                                      "n-x") == UNAUTH, tok
+        harness.write_private(path, "billing tok-a-123456\n"
+                                    "billing tok-b-123456\n")
+        rc, log = Leased(args=["--auth-token-file", path]).run_to_exit()
+        assert rc == 1, log
+        assert "line 2: the same name as an earlier line" in log, log
+        assert "tok-a-123456" not in log and "tok-b-123456" not in log
 
 
 def test_group_or_world_readable_token_file_refused():

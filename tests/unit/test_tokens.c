@@ -35,7 +35,7 @@ static struct tokens *load(const char *text, mode_t mode, char *err,
 
 static bool check(struct tokens *t, const char *value)
 {
-    return tokens_check(t, value, strlen(value));
+    return tokens_check(t, value, strlen(value), NULL);
 }
 
 static void cleanup(void)
@@ -56,6 +56,58 @@ TEST(file_format)
     CHECK(check(t, "Bearer beta.2_~+/="));
     CHECK(!check(t, "Bearer gamma")); /* a comment, not a token */
     CHECK(!check(t, "Bearer # tokens for leased"));
+    tokens_free(t);
+    cleanup();
+}
+
+/* "NAME TOKEN" names a token; a token alone is named after its line. The
+ * check says whose token it was. */
+TEST(named_tokens)
+{
+    char err[512];
+    struct tokens *t = load("# team tokens\nbilling  tok-b1\n"
+                            "ops@example.org\ttok-o1 \nlegacy-token\n",
+                            0600, err, sizeof(err));
+    CHECK(t != NULL);
+    CHECK_EQ_I64(tokens_count(t), 3);
+    char name[TOKENS_NAME_MAX + 1];
+    CHECK(tokens_check(t, "Bearer tok-b1", 13, name));
+    CHECK_STR(name, "billing");
+    CHECK(tokens_check(t, "Bearer tok-o1", 13, name));
+    CHECK_STR(name, "ops@example.org");
+    CHECK(tokens_check(t, "Bearer legacy-token", 19, name));
+    CHECK_STR(name, "token-4");
+    CHECK(!tokens_check(t, "Bearer billing", 14, name)); /* a name */
+    CHECK_STR(name, "");
+    tokens_free(t);
+    /* Bad names, a third field, names or tokens twice: refused by line,
+     * never showing the token. */
+    const struct {
+        const char *text, *line, *why;
+    } bad[] = {
+        {"a t1\nb t2 t3\n", "line 2", "NAME and TOKEN"},
+        {"a t1\nb/c t2\n", "line 2", "a name may hold only"},
+        {"a t1\na t2\n", "line 2", "the same name"},
+        {"a t1\nb t1\n", "line 2", "the same token"},
+        {"t1\nt1\n", "line 2", "the same token"},
+        {"token-2 t1\nt2\n", "line 2", "the same name"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK(load(bad[i].text, 0600, err, sizeof(err)) == NULL);
+        CHECK(strstr(err, bad[i].line) != NULL);
+        CHECK(strstr(err, bad[i].why) != NULL);
+        CHECK(strstr(err, "t1") == NULL && strstr(err, "t2") == NULL);
+    }
+    char lng[TOKENS_NAME_MAX + 8];
+    memset(lng, 'n', TOKENS_NAME_MAX + 1);
+    snprintf(lng + TOKENS_NAME_MAX + 1, 7, " tok\n");
+    CHECK(load(lng, 0600, err, sizeof(err)) == NULL);
+    CHECK(strstr(err, "name longer than") != NULL);
+    lng[TOKENS_NAME_MAX] = ' ';
+    t = load(lng, 0600, err, sizeof(err)); /* exactly the longest name */
+    CHECK(t != NULL);
+    CHECK(tokens_check(t, "Bearer tok", 10, name));
+    CHECK_EQ_U64(strlen(name), TOKENS_NAME_MAX);
     tokens_free(t);
     cleanup();
 }
@@ -104,8 +156,8 @@ TEST(header_form)
     CHECK(!check(t, "Bearer tok123 "));
     CHECK(!check(t, "Bearer TOK123"));
     /* Only the given bytes count: an embedded NUL does not cut it short. */
-    CHECK(!tokens_check(t, "Bearer tok123\0x", 15));
-    CHECK(tokens_check(t, "Bearer tok123xyz", 13));
+    CHECK(!tokens_check(t, "Bearer tok123\0x", 15, NULL));
+    CHECK(tokens_check(t, "Bearer tok123xyz", 13, NULL));
     char lng[600];
     snprintf(lng, sizeof(lng), "Bearer %0500d", 7);
     CHECK(!check(t, lng));
@@ -135,5 +187,6 @@ TEST(reload_replaces_or_keeps)
     cleanup();
 }
 
-CHECK_MAIN(file_format, bad_files_refused_without_naming_tokens, header_form,
+CHECK_MAIN(file_format, named_tokens, bad_files_refused_without_naming_tokens,
+           header_form,
            reload_replaces_or_keeps)
