@@ -63,20 +63,26 @@ static char *field(char **p)
     return f;
 }
 
+/* Whether every one of the n bytes of p passes ok. */
+static bool all_of(const char *p, size_t n, bool (*ok)(unsigned char))
+{
+    for (size_t i = 0; i < n; i++)
+        if (!ok((unsigned char)p[i]))
+            return false;
+    return true;
+}
+
 /* Checks one line's token (and name, or NULL) and adds it to *set.
  * Messages name the line, never the token. */
 static int add(const char *path, int lineno, const char *name,
                const char *tok, struct set *set, char *errmsg, size_t len)
 {
     size_t n = strlen(tok);
-    for (size_t i = 0; i < n; i++) {
-        if (!token_char((unsigned char)tok[i])) {
-            snprintf(errmsg, len,
-                     "%s: line %d: a token may hold only A-Z a-z 0-9 "
-                     "and -._~+/=",
-                     path, lineno);
-            return -1;
-        }
+    if (!all_of(tok, n, token_char)) {
+        snprintf(errmsg, len,
+                 "%s: line %d: a token may hold only A-Z a-z 0-9 and -._~+/=",
+                 path, lineno);
+        return -1;
     }
     if (n > TOKENS_MAX_LEN) {
         snprintf(errmsg, len, "%s: line %d: token longer than %d", path,
@@ -84,14 +90,11 @@ static int add(const char *path, int lineno, const char *name,
         return -1;
     }
     size_t name_len = name != NULL ? strlen(name) : 0;
-    for (size_t i = 0; i < name_len; i++) {
-        if (!name_char((unsigned char)name[i])) {
-            snprintf(errmsg, len,
-                     "%s: line %d: a name may hold only A-Z a-z 0-9 "
-                     "and -._:@",
-                     path, lineno);
-            return -1;
-        }
+    if (!all_of(name, name_len, name_char)) {
+        snprintf(errmsg, len,
+                 "%s: line %d: a name may hold only A-Z a-z 0-9 and -._:@",
+                 path, lineno);
+        return -1;
     }
     if (name_len > TOKENS_NAME_MAX) {
         snprintf(errmsg, len, "%s: line %d: name longer than %d", path,
@@ -113,12 +116,11 @@ static int add(const char *path, int lineno, const char *name,
         snprintf(t->name, sizeof(t->name), "token-%d", lineno);
     for (size_t k = 0; k < set->n; k++) {
         const struct token *o = &set->tok[k];
-        if (strcmp(o->name, t->name) == 0 ||
-            (o->len == n && memcmp(o->bytes, tok, n) == 0)) {
+        bool same_name = strcmp(o->name, t->name) == 0;
+        if (same_name || (o->len == n && memcmp(o->bytes, tok, n) == 0)) {
             snprintf(errmsg, len, "%s: line %d: %s as an earlier line",
                      path, lineno,
-                     strcmp(o->name, t->name) == 0 ? "the same name"
-                                                   : "the same token");
+                     same_name ? "the same name" : "the same token");
             explicit_bzero(t, sizeof(*t));
             return -1;
         }

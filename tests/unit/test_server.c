@@ -181,13 +181,8 @@ static void end_case(void)
     CHECK_EQ_U64(fake_timeouts(h->fake), 0);
     CHECK_EQ_U64(fake_overlaps(h->fake), 0);
     for (size_t i = 0; i < h->nreplied; i++) {
-        struct admin_result *a = h->replied[i]->admin;
-        if (a != NULL) {
-            free(a->leases);
-            free(a->next);
-            free(a);
-            h->replied[i]->admin = NULL;
-        }
+        admin_result_free(h->replied[i]->admin);
+        h->replied[i]->admin = NULL;
     }
     if (!h->closed) {
         if (nabandoned == sizeof(abandoned) / sizeof(abandoned[0]))
@@ -282,10 +277,16 @@ static void commit_ended(void)
     stats(st);
     SUBMIT(st);
     RUN_UNTIL(answered(st));
-    free(st->admin->leases);
-    free(st->admin);
-    h->replied[h->nreplied - 1] = NULL;
-    h->nreplied--;
+    /* Forgotten as a reply (others may have come after it). */
+    size_t i = 0;
+    while (i < h->nreplied && h->replied[i] != st)
+        i++;
+    if (i < h->nreplied) {
+        memmove(&h->replied[i], &h->replied[i + 1],
+                (h->nreplied - i - 1) * sizeof(h->replied[0]));
+        h->nreplied--;
+    }
+    admin_result_free(st->admin);
     free(st);
 }
 
