@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "policy.h"
+
 struct admin_result *admin_result_new(size_t cap)
 {
     struct admin_result *a = calloc(1, sizeof(*a));
@@ -25,6 +27,15 @@ static char *copy(const char *p, size_t n)
         c[n] = '\0';
     }
     return c;
+}
+
+/* Ends a's page: the next one starts after session; returns 1, or -1
+ * when out of memory. */
+static int next_page(struct admin_result *a, const char *session, size_t n)
+{
+    a->next = copy(session, n);
+    a->next_len = n;
+    return a->next != NULL ? 1 : -1;
 }
 
 int admin_result_add(struct admin_result *a, const struct lease_row *row,
@@ -50,13 +61,18 @@ int admin_result_add(struct admin_result *a, const struct lease_row *row,
 int admin_page_add(struct request *r, const struct lease_row *row, bool live)
 {
     struct admin_result *a = r->admin;
+    bool past = ++a->seen > r->page_size; /* the row after a page's worth */
     if (a->n == r->page_size) {
         const struct admin_lease *last = &a->leases[a->n - 1];
-        a->next = copy(last->session, last->session_len);
-        a->next_len = last->session_len;
-        return a->next != NULL ? 1 : -1;
+        return next_page(a, last->session, last->session_len);
     }
-    return admin_result_add(a, row, live);
+    if ((r->list_rule == NULL ||
+         policy_visible(r->list_rule, row->session, row->session_len)) &&
+        admin_result_add(a, row, live) != 0)
+        return -1;
+    /* Rows the caller may not see were left out: the page is short, and
+     * the next one starts after the last row looked at. */
+    return past ? next_page(a, row->session, row->session_len) : 0;
 }
 
 void admin_result_free(struct admin_result *r)

@@ -88,6 +88,11 @@ const struct config_option config_options[] = {
      .kind = CONFIG_FILE, FIELD(admin_token_file),
      .help = "the admin service's own bearer tokens (else those of "
              "--auth-token-file)"},
+    {.name = "policy-file", .env = "LEASED_POLICY_FILE", .arg = "FILE",
+     .kind = CONFIG_FILE, FIELD(policy_file),
+     .help = "who may use which sessions, owners and the admin service, "
+             "one rule per identity (reloaded on SIGHUP); without it, "
+             "every authenticated caller may do everything"},
     {.name = "socket-mode", .env = "LEASED_SOCKET_MODE", .arg = "MODE",
      .kind = CONFIG_MODE, FIELD(socket_mode), .min = 0600, .max = 0777,
      .def = "0660", .example = "(e.g. 660)",

@@ -25,6 +25,7 @@ struct config {
     bool insecure; /* plaintext allowed on non-loopback addresses */
     const char *auth_token_file;
     const char *admin_token_file; /* the admin service's own; NULL: none */
+    const char *policy_file; /* policy.h; NULL: everyone may do anything */
     unsigned socket_mode;
     int64_t drain_ns; /* on SIGTERM, calls in progress get this long */
     const char *metrics_listen; /* HOST:PORT of /metrics; NULL: off */

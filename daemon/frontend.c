@@ -68,6 +68,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "audit.h"
 #include "clock.h"
 #include "codec.h"
 #include "health.h"
@@ -144,7 +145,8 @@ struct frontend {
     atomic_bool serving; /* storage healthy (set by the loop) */
     struct tokens *tokens;
     struct tokens *admin_tokens; /* admin calls' own, or NULL */
-    bool log_identities; /* clients present certificates */
+    struct policy *policy;       /* or NULL */
+    bool client_certs; /* clients present certificates */
     struct frontend_callbacks cb;
 
     /* The hand-off: the CQ thread appends, the loop takes everything. */
@@ -157,6 +159,7 @@ struct frontend {
 
     /* CQ thread only (and the creating thread before it starts). */
     struct peers peers;
+    struct log_limit denied_log, unauthenticated_log; /* audit.h */
     struct health health;
     pthread_t thread;
     bool thread_started;
@@ -182,6 +185,7 @@ static const grpc_status_code status_codes[] = {
     [REPLY_EXHAUSTED] = GRPC_STATUS_RESOURCE_EXHAUSTED,
     [REPLY_INTERNAL] = GRPC_STATUS_INTERNAL,
     [REPLY_NOT_FOUND] = GRPC_STATUS_NOT_FOUND,
+    [REPLY_DENIED] = GRPC_STATUS_PERMISSION_DENIED,
 };
 
 /* Every state change: aborts on an edge the table above does not have. */
@@ -214,6 +218,7 @@ static void rpc_free(struct rpc *r)
     move(r, RPC_DONE);
     codec_free(r->msg);
     admin_result_free(r->req.admin);
+    policy_release(r->req.list_rule);
     grpc_byte_buffer_destroy(r->payload);
     grpc_byte_buffer_destroy(r->body);
     grpc_slice_unref(r->status_details);
@@ -388,28 +393,32 @@ static void hand_off(struct frontend *fe, struct rpc *r)
     uv_async_send(&fe->async);
 }
 
-/* Checks the call's bearer token and notes its connection; false when
- * the call was answered UNAUTHENTICATED. */
+/* Checks the call's bearer token, notes its connection, and sets the
+ * caller's identity (identity.h); false when the call was answered
+ * UNAUTHENTICATED. */
 static bool admit(struct rpc *r)
 {
     struct frontend *fe = r->fe;
-    if (fe->log_identities)
+    if (fe->client_certs) {
         peers_note(&fe->peers, r->call);
+        identity_of_call(r->call, r->req.identity, sizeof(r->req.identity));
+    }
     struct tokens *tokens =
         !r->unknown && request_is_admin(r->req.op) && fe->admin_tokens
             ? fe->admin_tokens
             : fe->tokens;
     if (tokens == NULL)
         return true;
+    _Static_assert(TOKENS_NAME_MAX <= IDENTITY_MAX, "a name is an identity");
     for (size_t i = 0; i < r->metadata.count; i++) {
         const grpc_metadata *m = &r->metadata.metadata[i];
         if (grpc_slice_str_cmp(m->key, "authorization") == 0 &&
             tokens_check(tokens,
                          (const char *)GRPC_SLICE_START_PTR(m->value),
-                         GRPC_SLICE_LENGTH(m->value), NULL))
+                         GRPC_SLICE_LENGTH(m->value), r->req.identity))
             return true;
     }
-    log_debug("unauthenticated", NULL);
+    audit_unauthenticated(&fe->unauthenticated_log, r->call);
     send_reply(r, GRPC_STATUS_UNAUTHENTICATED,
                "missing or unknown bearer token", NULL);
     return false;
@@ -442,6 +451,11 @@ static void accept_call(struct rpc *r)
     grpc_slice_unref(s);
     if (rc != 0) {
         log_debug("bad_request", "reason=\"%s\"", r->req.reason);
+        reply_request(r);
+        return;
+    }
+    if (fe->policy != NULL && !policy_authorize(fe->policy, &r->req)) {
+        audit_denied(&fe->denied_log, &r->req);
         reply_request(r);
         return;
     }
@@ -685,7 +699,8 @@ struct frontend *frontend_create(uv_loop_t *loop,
     atomic_store(&fe->serving, true);
     fe->tokens = opts->tokens;
     fe->admin_tokens = opts->admin_tokens;
-    fe->log_identities =
+    fe->policy = opts->policy;
+    fe->client_certs =
         opts->tls != NULL && tls_requires_client_cert(opts->tls);
     fe->cb = *cb;
     fe->shutdown_tag.kind = TAG_SHUTDOWN;

@@ -4,8 +4,10 @@
  * threaded seam; everything else runs on the loop.
  *
  * The completion-queue thread accepts calls, checks their bearer token
- * (UNAUTHENTICATED before anything else), decodes and validates them
- * (answering bad ones itself), and queues good ones for the loop, at most
+ * (UNAUTHENTICATED before anything else) and notes who made them
+ * (identity.h), decodes and validates them (answering bad ones itself),
+ * refuses what the policy does not allow (PERMISSION_DENIED, policy.h,
+ * with an audit line: audit.h), and queues good ones for the loop, at most
  * max_pending at a time (more get RESOURCE_EXHAUSTED). Unknown methods get
  * UNIMPLEMENTED at once, and grpc.health.v1 is served there too
  * (health.h). With client certificates, each connection's verified
@@ -21,6 +23,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "policy.h"
 #include "request.h"
 #include "tls.h"
 #include "tokens.h"
@@ -45,6 +48,7 @@ struct frontend_options {
     struct tokens *tokens; /* bearer tokens every call needs; NULL: none */
     struct tokens *admin_tokens; /* admin calls need these instead; NULL:
                                   * the same as the others */
+    struct policy *policy; /* what each identity may do; NULL: anything */
     unsigned socket_mode;  /* of unix sockets, e.g. 0660 */
     const struct config_limits *limits;
     int64_t drain_ns; /* after frontend_shutdown(), calls get this long */

@@ -70,13 +70,17 @@ void log_quotable(char *out, size_t len, const char *in, size_t in_len)
 
 bool log_limit_pass(struct log_limit *l, int64_t now_ns, uint64_t *held)
 {
-    if (now_ns < l->next_ns) {
+    if (now_ns >= l->next_ns) {
+        l->used = 0;
+        l->next_ns = now_ns + INT64_C(1000000000);
+    }
+    if (l->used >= (l->burst > 0 ? l->burst : 1)) {
         l->held++;
         return false;
     }
+    l->used++;
     *held = l->held;
     l->held = 0;
-    l->next_ns = now_ns + INT64_C(1000000000);
     return true;
 }
 

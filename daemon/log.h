@@ -28,12 +28,15 @@ void log_write(enum log_level level, const char *msg, const char *kv_fmt,
  * spaces. */
 void log_quotable(char *out, size_t len, const char *in, size_t in_len);
 
-/* At most one line a second for an event that can repeat for every
- * batch (storage failing): log_limit_pass() says whether to write this
- * one, and *held how many were not written since the last. Not
- * thread-safe: one per thread that logs the event. */
+/* At most `burst` lines a second (one when burst is 0) for an event that
+ * can repeat for every batch or call (storage failing, refused calls):
+ * log_limit_pass() says whether to write this one, and *held how many
+ * were not written since the last that was. Not thread-safe: one per
+ * thread that logs the event. */
 struct log_limit {
-    int64_t next_ns;
+    unsigned burst;
+    unsigned used;   /* lines written in the current second */
+    int64_t next_ns; /* when it ends */
     uint64_t held;
 };
 

@@ -8,10 +8,10 @@
  *
  * SIGTERM/SIGINT: health NOT_SERVING, stop accepting, answer the calls in
  * progress (cancel what is left after --drain-timeout), commit, close,
- * exit 0. SIGHUP: reload the token file and the TLS files. A failed fsync
- * ends the process at once with EX_IOERR (74), answering nothing more:
- * the supervisor restarts it, and the new process reads what the disk
- * really holds (see server.c).
+ * exit 0. SIGHUP: reload the token files, the policy file and the TLS
+ * files. A failed fsync ends the process at once with EX_IOERR (74),
+ * answering nothing more: the supervisor restarts it, and the new
+ * process reads what the disk really holds (see server.c).
  */
 #include <errno.h>
 #include <grpc/grpc.h>
@@ -28,6 +28,7 @@
 #include <uv.h>
 
 #include "addr.h"
+#include "audit.h"
 #include "config.h"
 #include "datadir.h"
 #include "frontend.h"
@@ -35,6 +36,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "metrics_http.h"
+#include "policy.h"
 #include "postgres.h"
 #include "replica.h"
 #include "server.h"
@@ -52,6 +54,7 @@ struct daemon {
     struct tls *tls;       /* NULL: no TLS */
     struct tokens *tokens; /* NULL: no bearer tokens */
     struct tokens *admin_tokens; /* NULL: admin calls use tokens */
+    struct policy *policy; /* NULL: every caller may do anything */
     struct metrics_http *metrics; /* NULL: no --metrics-listen */
     int signal_fd; /* SIGTERM, SIGINT and SIGHUP, read by the loop */
     uv_poll_t signals;
@@ -81,6 +84,7 @@ static void close_loop_side(struct daemon *d)
 static void reply(void *arg, struct request *req)
 {
     struct daemon *d = arg;
+    audit_change(req);
     frontend_reply(d->frontend, req);
 }
 
@@ -116,8 +120,17 @@ static void on_frontend_stopped(void *arg)
     close_loop_side(d);
 }
 
-/* SIGHUP: the token file and the TLS files again; what fails to load
- * keeps its old contents. */
+/* A file named in the flags did not load again: why, quoted (a message
+ * may hold what a bad line holds). */
+static void reload_failed(const char *what, const char *why)
+{
+    char quoted[512];
+    log_quotable(quoted, sizeof(quoted), why, strlen(why));
+    log_warn("reload_failed", "what=%s reason=\"%s\"", what, quoted);
+}
+
+/* SIGHUP: the token files, the policy file and the TLS files again;
+ * what fails to load keeps its old contents. */
 static void reload(struct daemon *d)
 {
     char err[512];
@@ -130,15 +143,26 @@ static void reload(struct daemon *d)
             log_info("reloaded", "what=%s count=%zu", names[i],
                      tokens_count(sets[i]));
         else
-            log_warn("reload_failed", "what=%s reason=\"%s\"", names[i],
-                     err);
+            reload_failed(names[i], err);
+    }
+    if (d->policy != NULL) {
+        if (policy_reload(d->policy, err, sizeof(err)) == 0)
+            log_info("reloaded", "what=policy rules=%zu",
+                     policy_count(d->policy));
+        else
+            reload_failed("policy", err);
     }
     if (d->tls != NULL) {
         if (tls_reload(d->tls, err, sizeof(err)) == 0)
             log_info("reloaded", "what=tls");
         else
-            log_warn("reload_failed", "what=tls reason=\"%s\"", err);
+            reload_failed("tls", err);
     }
+}
+
+static void write_policy_metrics(void *arg, FILE *f)
+{
+    policy_write_metrics(arg, f);
 }
 
 /* SIGTERM, SIGINT: the drain. */
@@ -180,7 +204,8 @@ static void raise_fd_limit(void)
     log_info("fd_limit", "nofile=%llu", (unsigned long long)rl.rlim_cur);
 }
 
-/* The TLS files and the token file, as configured; warns about plaintext
+/* The TLS files, the token files and the policy file, as configured;
+ * warns about plaintext
  * on non-loopback addresses. Returns 0, or -1 with errmsg set. */
 static int load_security(const struct config *cfg, struct daemon *d,
                          char *errmsg, size_t len)
@@ -200,6 +225,12 @@ static int load_security(const struct config *cfg, struct daemon *d,
         d->admin_tokens = tokens_load(cfg->admin_token_file, errmsg, len);
         if (d->admin_tokens == NULL)
             return -1;
+    }
+    if (cfg->policy_file != NULL) {
+        d->policy = policy_load(cfg->policy_file, errmsg, len);
+        if (d->policy == NULL)
+            return -1;
+        log_info("policy_loaded", "rules=%zu", policy_count(d->policy));
     }
     for (size_t i = 0; i < cfg->nlisten && d->tls == NULL; i++) {
         bool plaintext_ok;
@@ -289,7 +320,9 @@ int main(int argc, char **argv)
 
     struct daemon d = {0};
     if (load_security(&cfg, &d, err, sizeof(err)) != 0) {
-        log_error("startup_failed", "reason=\"%s\"", err);
+        char why[sizeof(err)];
+        log_quotable(why, sizeof(why), err, strlen(err));
+        log_error("startup_failed", "reason=\"%s\"", why);
         return 1;
     }
 
@@ -377,10 +410,13 @@ int main(int argc, char **argv)
         .tls = d.tls,
         .tokens = d.tokens,
         .admin_tokens = d.admin_tokens,
+        .policy = d.policy,
         .socket_mode = cfg.socket_mode,
         .limits = &cfg.limits,
         .drain_ns = cfg.drain_ns,
     };
+    if (d.policy != NULL)
+        metrics_set_extra(write_policy_metrics, d.policy);
     if (cfg.metrics_listen != NULL)
         d.metrics = metrics_http_start(cfg.metrics_listen, err, sizeof(err));
     if (cfg.metrics_listen == NULL || d.metrics != NULL)
@@ -396,6 +432,7 @@ int main(int argc, char **argv)
         tls_free(d.tls);
         tokens_free(d.tokens);
         tokens_free(d.admin_tokens);
+        policy_free(d.policy);
         return 1;
     }
     log_info("started", "version=%s store=%s data_dir=%s ttl_ms=%lld pid=%ld",
@@ -414,6 +451,7 @@ int main(int argc, char **argv)
     tls_free(d.tls);
     tokens_free(d.tokens);
     tokens_free(d.admin_tokens);
+    policy_free(d.policy);
     if (lock_fd >= 0)
         close(lock_fd);
     log_info("stopped", NULL);

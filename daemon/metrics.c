@@ -9,6 +9,9 @@
 
 struct metrics metrics;
 
+static void (*extra_write)(void *arg, FILE *f);
+static void *extra_arg;
+
 static const double latency_bounds[] = {0.0001, 0.00025, 0.0005, 0.001,
                                         0.0025, 0.005,   0.01,   0.025,
                                         0.05,   0.1,     0.25,   1,
@@ -136,6 +139,12 @@ static void histogram(FILE *f, const char *name, const char *help,
     histogram_series(f, name, "", h);
 }
 
+void metrics_set_extra(void (*write)(void *arg, FILE *f), void *arg)
+{
+    extra_write = write;
+    extra_arg = arg;
+}
+
 char *metrics_render(size_t *len)
 {
     char *text = NULL;
@@ -225,6 +234,8 @@ char *metrics_render(size_t *len)
                 "decides expiry, against this replica's monotonic clock.",
                 &metrics.pg_clock_steps);
     }
+    if (extra_write != NULL)
+        extra_write(extra_arg, f);
     gauge(f, "leased_start_time_seconds", "When leased started (Unix time).",
           (double)metrics.start_time_s);
     header(f, "leased_build_info", "gauge", "The version of leased.");

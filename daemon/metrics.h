@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "request.h"
 #include "status.h"
@@ -70,6 +71,11 @@ void metrics_count_request(enum metric_method m, int grpc_code);
 /* The method a call of op is counted by: its own for a lease call,
  * MM_ADMIN for any admin call. */
 enum metric_method metrics_method(enum request_op op);
+
+/* Lets another part add its own metrics to the exposition text:
+ * write(arg, f) writes them (any thread, while a scrape renders). Set it
+ * before --metrics-listen serves; NULL removes it. */
+void metrics_set_extra(void (*write)(void *arg, FILE *f), void *arg);
 
 /* Writes the exposition text (Prometheus text format 0.0.4) of every
  * metric to a new malloc'd string (*len bytes). Returns NULL when out of

@@ -1,8 +1,7 @@
 /*
  * The connections the completion-queue thread has seen lately, so that
- * the verified identity of each (its client certificate's subject
- * alternative name, or its common name) is logged once, when its first
- * call arrives:
+ * the verified identity of each (identity.h) is logged once, when its
+ * first call arrives:
  *
  *   connection peer=ipv4:10.0.0.7:51234 identity=app-1.example.com
  *

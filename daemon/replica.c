@@ -343,6 +343,7 @@ static void batch_done(struct slot *sl)
         const struct pgstore_call *c = &sl->calls[i];
         req->reason[0] = '\0';
         req->needs_sync = false;
+        req->change = CHANGE_NONE;
         if (sl->err != PGSTORE_OK) {
             unavailable(req, "storage unavailable");
         } else if (c->code == RULES_OK || c->code == RULES_NOOP) {
@@ -350,6 +351,10 @@ static void batch_done(struct slot *sl)
             req->status = REPLY_OK;
             req->grant_token = c->granted;
             req->grant_expiry_ns = c->expiry_ns;
+            if (req->op == OP_RELEASE && c->code == RULES_OK)
+                req->change = CHANGE_RELEASE;
+            else if (c->flags & PGSTORE_TAKEOVER)
+                req->change = CHANGE_TAKEOVER;
         } else {
             req->status = REPLY_HELD;
             snprintf(req->reason, sizeof(req->reason), "%s",

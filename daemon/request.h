@@ -11,6 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "identity.h"
+
+struct policy_rule;
+
 enum request_op {
     OP_ACQUIRE,
     OP_RENEW,
@@ -38,6 +42,14 @@ enum reply_status {
     REPLY_EXHAUSTED,   /* RESOURCE_EXHAUSTED */
     REPLY_INTERNAL,    /* INTERNAL */
     REPLY_NOT_FOUND,   /* NOT_FOUND (admin Get) */
+    REPLY_DENIED,      /* PERMISSION_DENIED (policy.h) */
+};
+
+/* What an OK answer of a lease call changed, for the audit (audit.h). */
+enum request_change {
+    CHANGE_NONE,     /* nothing, or only an expiry (a renewal) */
+    CHANGE_TAKEOVER, /* a new holder and a new token: grant_token */
+    CHANGE_RELEASE,  /* the holder (owner, token) let go */
 };
 
 /* One lease in an admin answer (strings owned by the answer). */
@@ -54,6 +66,7 @@ struct admin_lease {
 struct admin_result {
     struct admin_lease *leases; /* Get: one; List: a page */
     size_t n, cap;
+    size_t seen;                /* List: rows looked at (admin.h) */
     char *next;                 /* List: the next page's token, or NULL */
     size_t next_len;
     struct admin_stats {
@@ -75,6 +88,10 @@ struct request {
     /* List: session is the prefix, and: */
     const char *page_token;
     size_t page_token_len, page_size;
+    /* The caller (identity.h), and for a List the policy rule whose
+     * session prefixes limit what it may see (NULL: no limit). */
+    char identity[IDENTITY_MAX + 1];
+    const struct policy_rule *list_rule;
 
     /* Set by the loop before the reply. */
     enum reply_status status;
@@ -82,6 +99,7 @@ struct request {
     uint64_t commit_seq; /* the loop's: which commit it waits to be synced */
     char reason[128]; /* status_details when not OK; may be empty */
     uint64_t grant_token;
+    enum request_change change;
     int64_t grant_expiry_ns;
     struct admin_result *admin; /* admin calls */
 };

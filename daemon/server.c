@@ -222,6 +222,7 @@ static bool decide(struct server *s, int64_t now_ns, struct request *req,
         abort(); /* only lease calls are decided */
     }
     req->reason[0] = '\0';
+    req->change = CHANGE_NONE;
     if (rc == ENGINE_OK && chg->durable) /* the batch's commit: the next */
         engine_stamp(s->engine, chg, s->committed_seq + 1);
     /* Whatever the answer, it was decided from the session's last change
@@ -230,6 +231,10 @@ static bool decide(struct server *s, int64_t now_ns, struct request *req,
     bool in_batch = dep > s->committed_seq;
     switch (rc) {
     case ENGINE_OK:
+        if (req->op == OP_RELEASE)
+            req->change = CHANGE_RELEASE;
+        else if (!chg->has_before || chg->after.token != chg->before.token)
+            req->change = CHANGE_TAKEOVER;
         if (in_batch) {
             assert(chg == &s->chgs[s->nchgs]);
             s->nchgs++;

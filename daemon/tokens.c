@@ -1,15 +1,14 @@
 /* Bearer tokens from a file (see tokens.h). */
 #include "tokens.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
-#include <unistd.h>
+
+#include "readfile.h"
 
 #define FILE_MAX (64 * 1024)
 
@@ -129,50 +128,6 @@ static int add(const char *path, int lineno, const char *name,
     return 0;
 }
 
-/* Reads the whole file into buf (FILE_MAX + 1 bytes), checking its mode;
- * *got_out is the number of bytes read, and buf[*got_out] is a NUL. */
-static int read_file(const char *path, char *buf, size_t *got_out,
-                     char *errmsg, size_t len)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(errmsg, len, "%s: %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    int rc = -1;
-    if (fstat(fd, &st) != 0)
-        snprintf(errmsg, len, "%s: %s", path, strerror(errno));
-    else if (!S_ISREG(st.st_mode))
-        snprintf(errmsg, len, "%s: not a regular file", path);
-    else if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
-        snprintf(errmsg, len,
-                 "%s: mode %03o lets group or others at it; want 600 or "
-                 "400 (chmod 600 %s)",
-                 path, (unsigned)(st.st_mode & 0777), path);
-    else if (st.st_size > FILE_MAX)
-        snprintf(errmsg, len, "%s: larger than %d bytes", path, FILE_MAX);
-    else
-        rc = 0;
-    size_t got = 0;
-    while (rc == 0 && got < FILE_MAX) {
-        ssize_t n = read(fd, buf + got, FILE_MAX - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            snprintf(errmsg, len, "%s: %s", path, strerror(errno));
-            rc = -1;
-        }
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-    }
-    close(fd);
-    buf[got] = '\0';
-    *got_out = got;
-    return rc;
-}
-
 /* Parses the file's text into *set. Messages name lines, never tokens. */
 static int parse(const char *path, char *text, struct set *set, char *errmsg,
                  size_t len)
@@ -244,17 +199,14 @@ static struct set *parse_set(const char *name, const char *text,
 /* Loads the file into a new set: reads it, then parses the text. */
 static struct set *load_set(const char *path, char *errmsg, size_t len)
 {
-    char *text = malloc(FILE_MAX + 1);
     size_t got = 0;
-    struct set *set = NULL;
+    char *text = readfile(path, FILE_MAX, S_IRWXG | S_IRWXO,
+                          "group or others at it", "600", &got, errmsg, len);
     if (text == NULL)
-        snprintf(errmsg, len, "out of memory");
-    else if (read_file(path, text, &got, errmsg, len) == 0)
-        set = parse_set(path, text, got, errmsg, len);
-    if (text != NULL) {
-        explicit_bzero(text, FILE_MAX + 1);
-        free(text);
-    }
+        return NULL;
+    struct set *set = parse_set(path, text, got, errmsg, len);
+    explicit_bzero(text, FILE_MAX + 1);
+    free(text);
     return set;
 }
 

@@ -7,6 +7,14 @@ make(directory) writes, with EC P-256 keys valid for a day:
   client1.pem / client1.key       signed by it, CN client-one, SAN
                                   DNS:client-one.test
   client2.pem / client2.key       signed by it, CN client-two (no SAN)
+  team-a.pem / team-a.key         signed by it, CN team-a-cn, SANs
+                                  DNS:team-a.test and
+                                  URI:spiffe://leased.test/team-a
+  team-b.pem / team-b.key         signed by it, CN team-b-cn, SAN
+                                  DNS:team-b.test
+  quote.pem / quote.key           signed by it, CN team"q (no SAN)
+  long.pem / long.key             signed by it, a 300-character URI SAN,
+                                  LONG_URI
   foreign-ca.pem / foreign-ca.key another CA
   foreign.pem / foreign.key       a client signed by the foreign CA
   server2.pem / server2.key       a server certificate from the foreign CA
@@ -17,6 +25,8 @@ client1, foreign_ca, ...). Keys are mode 600.
 """
 import os
 import subprocess
+
+LONG_URI = "spiffe://leased.test/" + "x" * 279
 
 
 class Certs:
@@ -67,6 +77,11 @@ def make(directory):
           directory)
     _leaf("client1", "client-one", "DNS:client-one.test", "ca", directory)
     _leaf("client2", "client-two", None, "ca", directory)
+    _leaf("team-a", "team-a-cn",
+          "DNS:team-a.test,URI:spiffe://leased.test/team-a", "ca", directory)
+    _leaf("team-b", "team-b-cn", "DNS:team-b.test", "ca", directory)
+    _leaf("quote", 'team"q', None, "ca", directory)
+    _leaf("long", "long-cn", "URI:" + LONG_URI, "ca", directory)
     _leaf("foreign", "client-foreign", "DNS:foreign.test", "foreign-ca",
           directory)
     for name in os.listdir(directory):

@@ -34,6 +34,14 @@ static const char *cert(const char *name)
     return p;
 }
 
+/* A file of the daemon's only (mode 600) holding text. */
+static void write_file(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    close(fd);
+}
+
 static void make_certs(void)
 {
     snprintf(certs, sizeof(certs), "/tmp/leased-driver-XXXXXX");
@@ -42,9 +50,7 @@ static void make_certs(void)
     snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s %s >/dev/null",
              getenv("LEASED_CERTS_PY"), certs);
     CHECK(system(cmd) == 0);
-    int fd = open(cert("tokens"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    CHECK(fd >= 0 && write(fd, "tok-123\n", 8) == 8);
-    close(fd);
+    write_file(cert("tokens"), "tok-123\n");
 }
 
 static void remove_certs(void)
@@ -115,6 +121,42 @@ TEST(tls_and_token_pass_the_conformance_suite)
         .client = c, .ttl_ns = 400 * INT64_C(1000000),
         .advance = real_sleep, .report = stdout, .prefix = "tls"};
     CHECK_EQ_I64(lease_conformance_run(&conf), 0);
+    lease_client_destroy(c);
+    CHECK_EQ_I64(daemon_stop(&d), 0);
+    remove_certs();
+}
+
+/* Mecatl's protocol works unchanged for an identity the policy allows
+ * (a token without a name is token-LINE); outside it, the driver reports
+ * LEASE_EDENIED. */
+TEST(policy_allows_the_conformance_suite_and_denies_the_rest)
+{
+    make_certs();
+    write_file(cert("named-tokens"), "tok-123\nnarrow tok-456\n");
+    write_file(cert("policy"), "token-1 sessions=pol- owners=*\n"
+                               "narrow sessions=pol- owners=owner-\n");
+    struct daemon_proc d;
+    CHECK(daemon_start(&d, "400ms", "--auth-token-file",
+                       cert("named-tokens"), "--policy-file", cert("policy"),
+                       NULL) == 0);
+    struct lease_grpc_options o = {.token = "tok-123"};
+    struct lease_client *c;
+    CHECK_EQ_I64(lease_grpc_open(d.addr, &o, &c), LEASE_OK);
+    struct lease_conformance conf = {
+        .client = c, .ttl_ns = 400 * INT64_C(1000000),
+        .advance = real_sleep, .report = stdout, .prefix = "pol"};
+    CHECK_EQ_I64(lease_conformance_run(&conf), 0);
+    struct lease l;
+    CHECK_EQ_I64(lease_acquire(c, "other-1", "owner-a", &l), LEASE_EDENIED);
+    CHECK(strstr(lease_errmsg(), "identity \"token-1\" may not use this "
+                                 "session_id") != NULL);
+    lease_client_destroy(c);
+    o.token = "tok-456";
+    CHECK_EQ_I64(lease_grpc_open(d.addr, &o, &c), LEASE_OK);
+    CHECK_EQ_I64(lease_acquire(c, "pol-1", "owner-1", &l), LEASE_OK);
+    CHECK_EQ_I64(lease_acquire(c, "pol-2", "intruder", &l), LEASE_EDENIED);
+    CHECK(strstr(lease_errmsg(), "identity \"narrow\" may not use this "
+                                 "owner") != NULL);
     lease_client_destroy(c);
     CHECK_EQ_I64(daemon_stop(&d), 0);
     remove_certs();
@@ -379,6 +421,7 @@ static int grpc_shut_down(void)
 }
 
 CHECK_MAIN_THEN(grpc_shut_down, tls_and_token_pass_the_conformance_suite,
+                policy_allows_the_conformance_suite_and_denies_the_rest,
                 tls_and_token_refusals, mutual_tls, open_checks_its_options,
                 failover_to_the_next_target, failover_past_a_silent_target,
                 restart_within_the_deadline_is_ridden_out,

@@ -331,6 +331,9 @@ TEST(every_option_by_flag_and_variable)
     CHECK(both(c, "admin-token-file", "LEASED_ADMIN_TOKEN_FILE", "/a"));
     CHECK_STR(c[0].admin_token_file, "/a");
     CHECK_STR(c[1].admin_token_file, "/a");
+    CHECK(both(c, "policy-file", "LEASED_POLICY_FILE", "/p"));
+    CHECK_STR(c[0].policy_file, "/p");
+    CHECK_STR(c[1].policy_file, "/p");
     CHECK(both(c, "socket-mode", "LEASED_SOCKET_MODE", "600"));
     CHECK(c[0].socket_mode == 0600 && c[1].socket_mode == 0600);
     CHECK(both(c, "metrics-listen", "LEASED_METRICS_LISTEN", "[::1]:9464"));

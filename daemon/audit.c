@@ -1,0 +1,73 @@
+/* Audit lines (see audit.h). */
+#include "audit.h"
+
+#include <grpc/grpc.h>
+#include <grpc/support/alloc.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "clock.h"
+#include "codec.h"
+#include "engine.h"
+
+/* req's session and owner, made quotable. */
+struct quoted {
+    char session[ENGINE_SESSION_MAX + 1];
+    char owner[ENGINE_OWNER_MAX + 1];
+};
+
+static void quote(struct quoted *q, const struct request *req)
+{
+    log_quotable(q->session, sizeof(q->session), req->session,
+                 req->session_len);
+    log_quotable(q->owner, sizeof(q->owner), req->owner, req->owner_len);
+}
+
+void audit_change(const struct request *req)
+{
+    if (req->status != REPLY_OK || req->change == CHANGE_NONE)
+        return;
+    struct quoted q;
+    quote(&q, req);
+    bool takeover = req->change == CHANGE_TAKEOVER;
+    log_info(takeover ? "takeover" : "release",
+             "identity=\"%s\" session=\"%s\" owner=\"%s\" token=%llu",
+             req->identity, q.session, q.owner,
+             (unsigned long long)(takeover ? req->grant_token : req->token));
+}
+
+static bool pass(struct log_limit *limit, uint64_t *held)
+{
+    limit->burst = AUDIT_REFUSALS_PER_S;
+    return log_limit_pass(limit, clock_mono_ns(), held);
+}
+
+void audit_denied(struct log_limit *limit, const struct request *req)
+{
+    uint64_t held;
+    if (!pass(limit, &held))
+        return;
+    char path[128];
+    codec_method_path(req->op, path, sizeof(path));
+    struct quoted q;
+    quote(&q, req);
+    char reason[sizeof(req->reason)];
+    log_quotable(reason, sizeof(reason), req->reason, strlen(req->reason));
+    log_info("denied",
+             "identity=\"%s\" method=%s session=\"%s\" owner=\"%s\" "
+             "token=%llu reason=\"%s\" not_logged=%llu",
+             req->identity, strrchr(path, '/') + 1, q.session, q.owner,
+             (unsigned long long)req->token, reason,
+             (unsigned long long)held);
+}
+
+void audit_unauthenticated(struct log_limit *limit, struct grpc_call *call)
+{
+    uint64_t held;
+    if (!pass(limit, &held))
+        return;
+    char *peer = grpc_call_get_peer(call);
+    log_info("unauthenticated", "peer=%s not_logged=%llu",
+             peer != NULL ? peer : "unknown", (unsigned long long)held);
+    gpr_free(peer);
+}
