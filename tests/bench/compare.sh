@@ -17,6 +17,9 @@
 #              p50s, p99s and p999s (the merged percentile is at most
 #              that). At concurrency 1 only one runs, against the first
 #              replica; in contend, each races for its own few sessions.
+#   leased-audit  leased as it runs by default (--log-level info), its
+#              audit lines (one per takeover and release) written to a
+#              file: what logging them costs
 #   null       build/tests/bench/leasebench-null: the same protocol, no
 #              storage (the ceiling of the transport)
 #   etcd       Debian's etcd-server (3.4), single member, default
@@ -40,7 +43,8 @@
 #   tests/bench/compare.sh [--workloads "renew churn"] [--concurrency "1 16 64 256"]
 #       [--rounds 3] [--duration 10s] [--warmup 2s] [--sessions 1024]
 #       [--connections 1] [--threads 1]   (threads: at most one per call in flight)
-#       [--systems "leased leased-pg leased-pg2 null etcd redis redis-aof"]
+#       [--systems "leased leased-audit leased-pg leased-pg2 null etcd redis
+#                   redis-aof"]
 #       [--build DIR] [--out DIR]
 #
 # Installs etcd-server, redis-server and postgresql-15 (without its
@@ -115,7 +119,7 @@ for sys in $systems; do
     etcd) command -v etcd >/dev/null || need+=(etcd-server) ;;
     redis|redis-aof) command -v redis-server >/dev/null || need+=(redis-server) ;;
     leased-pg|leased-pg2) [ -x "$pgbin/postgres" ] || need+=(postgresql-15) ;;
-    leased|null) ;;
+    leased|leased-audit|null) ;;
     *) echo "compare: unknown system $sys" >&2; exit 2 ;;
   esac
 done
@@ -286,10 +290,12 @@ start_server() {
   mkdir -p "$dir"
   urls=()
   case "$sys" in
-    leased)
+    leased|leased-audit)
       port=$(free_ports 1)
+      local level=warn
+      [ "$sys" = leased-audit ] && level=info
       "$leased" --listen "127.0.0.1:$port" --data-dir "$dir" --ttl 30s \
-        --log-level warn >"$dir.log" 2>&1 &
+        --log-level "$level" >"$dir.log" 2>&1 &
       started $! TERM
       urls=("leased://127.0.0.1:$port")
       wait_ready grpc "$port" "$!" || server_failed "$dir" ;;
