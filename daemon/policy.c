@@ -120,6 +120,17 @@ static int fail(struct parse *ps, const char *what, const char *detail)
     return -1;
 }
 
+/* array (*cap items of size bytes) with twice the room, or NULL when
+ * out of memory (then array and *cap are as they were). */
+static void *grow(void *array, size_t *cap, size_t size)
+{
+    size_t n = *cap > 0 ? 2 * *cap : 16;
+    void *p = realloc(array, n * size);
+    if (p != NULL)
+        *cap = n;
+    return p;
+}
+
 /* Parses value, the list of key= (sessions or owners, whose strings are
  * at most max bytes), into *out. */
 static int parse_prefixes(struct parse *ps, struct ruleset *set,
@@ -149,12 +160,11 @@ static int parse_prefixes(struct parse *ps, struct ruleset *set,
         if (n > max)
             return fail(ps, what, "a prefix longer than the field may be");
         if (set->nprefixes == set->prefixes_cap) {
-            size_t cap = set->prefixes_cap ? 2 * set->prefixes_cap : 16;
-            struct prefix *p = realloc(set->prefixes, cap * sizeof(*p));
+            struct prefix *p = grow(set->prefixes, &set->prefixes_cap,
+                                    sizeof(*p));
             if (p == NULL)
                 return fail(ps, "out of memory", "");
             set->prefixes = p;
-            set->prefixes_cap = cap;
         }
         set->prefixes[set->nprefixes++] = (struct prefix){item, n};
         out->n++;
@@ -209,12 +219,10 @@ static int parse_line(struct parse *ps, struct ruleset *set, char *line)
         return fail(ps, "an identity is 1 to 256 printable ASCII "
                         "characters other than \", \\ and =", "");
     if (set->n == set->cap) {
-        size_t cap = set->cap ? 2 * set->cap : 16;
-        struct policy_rule *r = realloc(set->rules, cap * sizeof(*r));
+        struct policy_rule *r = grow(set->rules, &set->cap, sizeof(*r));
         if (r == NULL)
             return fail(ps, "out of memory", "");
         set->rules = r;
-        set->cap = cap;
     }
     struct policy_rule *rule = &set->rules[set->n++];
     memset(rule, 0, sizeof(*rule));
