@@ -380,41 +380,36 @@ def test_tls_and_token_file():
 
 def test_refused_credentials_and_policy_have_exit_codes_of_their_own():
     """No bearer token, or a wrong one: exit 9 (UNAUTHENTICATED), for lease
-    and admin calls alike, and nothing changes; a call the server's
-    policy refuses (PERMISSION_DENIED, here from a stand-in server that
-    refuses every lease call): exit 8. Neither is folded into "unavailable"
-    (4), which a caller would retry."""
+    and admin calls alike, and nothing changes; a call the policy refuses
+    (PERMISSION_DENIED): exit 8. Neither is folded into "unavailable" (4),
+    which a caller would retry."""
     with tempfile.TemporaryDirectory() as tmp:
         wrong = os.path.join(tmp, "wrong")
         harness.write_private(wrong, "not-the-token\n")
-        with Leased(token="right-token") as d:
+        right = os.path.join(tmp, "right")
+        harness.write_private(right, "right-token\n")
+        policy = os.path.join(tmp, "policy")
+        # The harness's token file has the token alone on line 2.
+        harness.write_private(policy, "token-2 sessions=mine/ owners=*\n")
+        with Leased(token="right-token",
+                    args=["--policy-file", policy]) as d:
             for extra in ([], ["--token-file", wrong]):
                 for args in (("acquire", "s", "--owner", "o"), ("stats",)):
                     rc, _, err = ctl(d, *args, extra=extra)
                     assert rc == UNAUTHENTICATED, (args, extra, rc, err)
                     assert err.rstrip().endswith("(UNAUTHENTICATED)"), err
-            assert d.client().stats().takeovers == 0  # nothing was taken
-
-    def refuse(request, context):
-        context.abort(harness.grpc.StatusCode.PERMISSION_DENIED,
-                      "session s is outside this caller's policy")
-
-    from concurrent import futures
-    server = harness.grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    server.add_generic_rpc_handlers((harness.grpc.method_handlers_generic_handler(
-        "mecatl.driver.v1.SessionLeaseService",
-        {m: harness.grpc.unary_unary_rpc_method_handler(refuse)
-         for m in ("Acquire", "Renew", "Release")}),))
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        rc, _, err = run_ctl("--url", "127.0.0.1:%d" % port, "acquire", "s",
-                             "--owner", "o")
-        assert rc == DENIED, (rc, err)
-        assert err == ("leasectl: acquire: session s is outside this "
-                       "caller's policy (PERMISSION_DENIED)\n"), err
-    finally:
-        server.stop(0)
+            token = ["--token-file", right]
+            rc, _, err = ctl(d, "acquire", "s", "--owner", "o", extra=token)
+            assert rc == DENIED, (rc, err)
+            assert err == ('leasectl: acquire: identity "token-2" may not '
+                           'use this session_id (PERMISSION_DENIED)\n'), err
+            rc, _, err = ctl(d, "stats", extra=token)
+            assert rc == DENIED, (rc, err)
+            assert ctl(d, "acquire", "mine/1", "--owner", "o",
+                       extra=token)[0] == 0
+            d.wait_log(r'msg=takeover identity="token-2" session="mine/1"')
+            assert "msg=takeover" not in d.log_text().replace(
+                'msg=takeover identity="token-2" session="mine/1"', "")
 
 
 def hold(d, *args, env=None, **kw):
