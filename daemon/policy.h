@@ -2,8 +2,9 @@
  * The policy file (--policy-file): what each caller (identity.h) may do.
  * Without one, every authenticated caller may do everything.
  *
- * One rule per line, fields separated by blanks (spaces, tabs); a field
- * starting with '#' comments out the rest of its line:
+ * One rule per line, fields separated by blanks (spaces, tabs, and
+ * carriage returns, so that CRLF files work); a field starting with '#'
+ * comments out the rest of its line:
  *
  *   IDENTITY [sessions=PREFIX[,PREFIX...]] [owners=PREFIX[,PREFIX...]]
  *            [admin=none|read]
