@@ -15,6 +15,9 @@ rm -rf "$work"
 mkdir -p "$work/corpus"
 cp "$corpus"/* "$work/corpus/" # fails when the corpus is missing or empty
 # -close_fd_mask=1: what the targets print (fuzz_config's --help) would
-# flood the log; libFuzzer reports on stderr.
+# flood the log; libFuzzer reports on stderr. -error_exitcode and
+# -timeout_exitcode: libFuzzer's defaults (77, 70) include 77, which
+# meson counts as a skip, not a failure.
 exec "$fuzzer" -max_total_time="$seconds" -timeout=10 -close_fd_mask=1 \
+  -error_exitcode=1 -timeout_exitcode=1 \
   -print_final_stats=1 -artifact_prefix="$work/" "$work/corpus"
