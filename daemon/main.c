@@ -120,8 +120,17 @@ static void on_frontend_stopped(void *arg)
     close_loop_side(d);
 }
 
-/* A file named in the flags did not load again: why, quoted (a message
- * may hold what a bad line holds). */
+/* Logs the error event msg with why as its reason, quoted: a reason may
+ * hold what a bad line of a file, or a server's error, holds. */
+static void failed(const char *msg, const char *why)
+{
+    char quoted[512];
+    log_quotable(quoted, sizeof(quoted), why, strlen(why));
+    log_error(msg, "reason=\"%s\"", quoted);
+}
+
+/* A file named in the flags did not load again: why, quoted (as in
+ * failed()). */
 static void reload_failed(const char *what, const char *why)
 {
     char quoted[512];
@@ -320,9 +329,7 @@ int main(int argc, char **argv)
 
     struct daemon d = {0};
     if (load_security(&cfg, &d, err, sizeof(err)) != 0) {
-        char why[sizeof(err)];
-        log_quotable(why, sizeof(why), err, strlen(err));
-        log_error("startup_failed", "reason=\"%s\"", why);
+        failed("startup_failed", err);
         return 1;
     }
 
@@ -334,18 +341,14 @@ int main(int argc, char **argv)
     if ((cfg.postgres != NULL
              ? open_postgres(&cfg, dbs, ndbs, err, sizeof(err))
              : open_sqlite(&cfg, &store, &lock_fd, err, sizeof(err))) != 0) {
-        char why[sizeof(err)];
-        log_quotable(why, sizeof(why), err, strlen(err));
-        log_error("startup_failed", "reason=\"%s\"", why);
+        failed("startup_failed", err);
         return 1;
     }
     if (cfg.import_from != NULL) {
         rc = import_sqlite(&cfg, dbs[0], err, sizeof(err));
         pgstore_close(dbs[0]);
         if (rc != 0) {
-            char why[sizeof(err)];
-            log_quotable(why, sizeof(why), err, strlen(err));
-            log_error("import_failed", "reason=\"%s\"", why);
+            failed("import_failed", err);
         }
         return rc == 0 ? 0 : 1;
     }

@@ -12,6 +12,9 @@
 #include "log.h"
 #include "readfile.h"
 
+/* What separates fields: a CR too, so that CRLF files work. */
+#define BLANKS " \t\r"
+
 /* A list of prefixes: `*` (all), or n of the rule set's, from first. */
 struct prefixes {
     bool all;
@@ -70,21 +73,6 @@ static void set_put(struct ruleset *set)
     free(set->prefixes);
     free(set->rules);
     free(set);
-}
-
-/* Cuts the next blank-separated field off *p; NULL when none is left. */
-static char *field(char **p)
-{
-    char *f = *p + strspn(*p, " \t\r");
-    if (*f == '\0')
-        return NULL;
-    char *end = f + strcspn(f, " \t\r");
-    *p = end;
-    if (*end != '\0') {
-        *end = '\0';
-        *p = end + 1;
-    }
-    return f;
 }
 
 _Static_assert(IDENTITY_MAX == 256, "parse_line's message says 256");
@@ -209,7 +197,7 @@ static int parse_field(struct parse *ps, struct ruleset *set,
 static int parse_line(struct parse *ps, struct ruleset *set, char *line)
 {
     char *rest = line;
-    char *id = field(&rest);
+    char *id = readfile_field(&rest, BLANKS);
     if (id == NULL || id[0] == '#')
         return 0;
     if (strchr(id, '=') != NULL)
@@ -230,7 +218,8 @@ static int parse_line(struct parse *ps, struct ruleset *set, char *line)
     rule->line = ps->line;
     rule->set = set;
     unsigned seen = 0;
-    for (char *f; (f = field(&rest)) != NULL && f[0] != '#';)
+    for (char *f; (f = readfile_field(&rest, BLANKS)) != NULL &&
+                  f[0] != '#';)
         if (parse_field(ps, set, rule, f, &seen) != 0)
             return -1;
     return 0;

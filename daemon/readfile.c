@@ -79,3 +79,17 @@ char *readfile(const char *path, size_t max, mode_t forbid, const char *who,
     }
     return buf;
 }
+
+char *readfile_field(char **p, const char *blanks)
+{
+    char *f = *p + strspn(*p, blanks);
+    if (*f == '\0')
+        return NULL;
+    char *end = f + strcspn(f, blanks);
+    *p = end;
+    if (*end != '\0') {
+        *end = '\0';
+        *p = end + 1;
+    }
+    return f;
+}

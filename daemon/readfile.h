@@ -2,7 +2,7 @@
  * Reading a small configuration file whole (token files, the policy
  * file), with the checks every such file gets: a regular file, no larger
  * than a limit, and no permission bit that would let the wrong people at
- * it.
+ * it; and cutting its lines into blank-separated fields.
  */
 #ifndef LEASED_READFILE_H
 #define LEASED_READFILE_H
@@ -18,5 +18,10 @@
  * at it") and the fix (`chmod MODE path`). */
 char *readfile(const char *path, size_t max, mode_t forbid, const char *who,
                const char *mode, size_t *got, char *errmsg, size_t len);
+
+/* Cuts the next field off *p (a NUL-terminated line, cut in place),
+ * fields being separated by any of the characters of blanks; NULL when
+ * none is left. */
+char *readfile_field(char **p, const char *blanks);
 
 #endif

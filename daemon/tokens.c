@@ -47,21 +47,6 @@ static bool name_char(unsigned char c)
     return alnum(c) || (c != '\0' && strchr("-._:@", c) != NULL);
 }
 
-/* Cuts the next blank-separated field off *p; NULL when none is left. */
-static char *field(char **p)
-{
-    char *f = *p + strspn(*p, " \t");
-    if (*f == '\0')
-        return NULL;
-    char *end = f + strcspn(f, " \t");
-    *p = end;
-    if (*end != '\0') {
-        *end = '\0';
-        *p = end + 1;
-    }
-    return f;
-}
-
 /* Whether every one of the n bytes of p passes ok. */
 static bool all_of(const char *p, size_t n, bool (*ok)(unsigned char))
 {
@@ -143,11 +128,11 @@ static int parse(const char *path, char *text, struct set *set, char *errmsg,
         while (n > 0 && strchr(" \t\r", line[n - 1]) != NULL)
             line[--n] = '\0';
         char *rest = line;
-        char *first = field(&rest);
+        char *first = readfile_field(&rest, " \t");
         if (first == NULL || first[0] == '#')
             continue;
-        char *second = field(&rest);
-        if (field(&rest) != NULL) {
+        char *second = readfile_field(&rest, " \t");
+        if (readfile_field(&rest, " \t") != NULL) {
             snprintf(errmsg, len,
                      "%s: line %d: want TOKEN, or NAME and TOKEN separated "
                      "by blanks",
