@@ -1,7 +1,7 @@
 /*
  * The SQL of the PostgreSQL store (see pgsql.h), which postgres.c runs.
  *
- * Schema (leased_meta 'schema_version' = 2):
+ * Schema (leased_meta 'schema_version' = 3):
  *   leased_leases(session bytea PRIMARY KEY, owner bytea, token bigint,
  *                 expiry_ns bigint, generation bigint)
  *     owner '' means released; expiry_ns is the database's clock, ns since
@@ -41,10 +41,15 @@
  * lock first. The generation and the quarantine are read once: they
  * change only when a connection finds a new primary, which it
  * stores before its first batch, and every connection to that
- * primary is new. */
+ * primary is new.
+ *
+ * A renewal of a live lease by its holder, the common call, is one
+ * conditional UPDATE; any other renewal (expired, another owner or
+ * token, no row) falls through to the general path, which decides it
+ * as before. */
 static const char leased_decide[] =
-    "CREATE FUNCTION leased_decide(op int[], s bytea[], o bytea[], "
-    " t bigint[], ttl bigint, OUT code int, OUT tok bigint, "
+    "CREATE OR REPLACE FUNCTION leased_decide(op int[], s bytea[], "
+    " o bytea[], t bigint[], ttl bigint, OUT code int, OUT tok bigint, "
     " OUT exp bigint, OUT flags int, OUT now_ns bigint) "
     "RETURNS SETOF record LANGUAGE plpgsql AS $$ "
     "DECLARE r leased_leases; had boolean; live boolean; "
@@ -55,6 +60,15 @@ static const char leased_decide[] =
     " qend := leased_meta_value('quarantine_end_ns'); "
     " FOR i IN 1 .. cardinality(op) LOOP "
     "  flags := 0; tok := NULL; exp := NULL; "
+    "  IF op[i] = 2 THEN "
+    "   now_ns := leased_now(); "
+    "   UPDATE leased_leases SET "
+    "    expiry_ns = greatest(now_ns + ttl, expiry_ns + 1) "
+    "    WHERE session = s[i] AND owner = o[i] AND owner <> '' "
+    "    AND token = t[i] AND expiry_ns > now_ns "
+    "    RETURNING token, expiry_ns INTO tok, exp; "
+    "   IF FOUND THEN code := 0; RETURN NEXT; CONTINUE; END IF; "
+    "  END IF; "
     "  <<one>> LOOP "
     "   SELECT * INTO r FROM leased_leases WHERE session = s[i] FOR UPDATE; "
     "   had := FOUND; "
@@ -160,10 +174,13 @@ const size_t pgsql_schema_count = sizeof(pgsql_schema) / sizeof(*pgsql_schema);
 
 /* Version 1 decided each call with a statement of its own (functions
  * leased_begin, leased_acquire, leased_renew and leased_release); they
- * stay for replicas of that version still running during the upgrade. */
-const char *const pgsql_upgrade_from_1[] = {leased_decide};
-const size_t pgsql_upgrade_from_1_count =
-    sizeof(pgsql_upgrade_from_1) / sizeof(*pgsql_upgrade_from_1);
+ * stay for replicas of that version still running during the upgrade.
+ * Version 2's leased_decide had no short path for renewals; this one
+ * replaces it in place, deciding the same, so replicas of version 2
+ * still running call it unchanged. */
+const char *const pgsql_upgrade[] = {leased_decide};
+const size_t pgsql_upgrade_count =
+    sizeof(pgsql_upgrade) / sizeof(*pgsql_upgrade);
 
 /* Prepared on every connection, named by their index ("s0", "s1"…). */
 const char *const pgsql_stmt[PGSQL_COUNT] = {

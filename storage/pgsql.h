@@ -9,17 +9,17 @@
 
 #include <stddef.h>
 
-#define PGSQL_SCHEMA_VERSION 2
+#define PGSQL_SCHEMA_VERSION 3
 
 /* The schema, one statement each, created in this order in one
  * transaction. */
 extern const char *const pgsql_schema[];
 extern const size_t pgsql_schema_count;
 
-/* What turns a schema of version 1 into the current one, in one
- * transaction. */
-extern const char *const pgsql_upgrade_from_1[];
-extern const size_t pgsql_upgrade_from_1_count;
+/* What turns a schema of an older version (1 or 2) into the current
+ * one, in one transaction. */
+extern const char *const pgsql_upgrade[];
+extern const size_t pgsql_upgrade_count;
 
 /* The statements prepared on every connection. */
 enum pgsql_stmt {

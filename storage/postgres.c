@@ -469,10 +469,9 @@ static int setup(struct pgstore *p, struct pgstore_primary *primary)
             err = exec_sql(p, sql, "creating the schema");
         version = PGSQL_SCHEMA_VERSION;
     }
-    if (err == PGSTORE_OK && version == 1) {
-        for (size_t i = 0; err == PGSTORE_OK && i < pgsql_upgrade_from_1_count;
-             i++)
-            err = exec_sql(p, pgsql_upgrade_from_1[i], "upgrading the schema");
+    if (err == PGSTORE_OK && version < PGSQL_SCHEMA_VERSION) {
+        for (size_t i = 0; err == PGSTORE_OK && i < pgsql_upgrade_count; i++)
+            err = exec_sql(p, pgsql_upgrade[i], "upgrading the schema");
         snprintf(sql, sizeof(sql),
                  "UPDATE leased_meta SET value = %d "
                  "WHERE key = 'schema_version'",

@@ -148,6 +148,53 @@ def test_replicas_share_one_database():
 
 # --- 2. Replicas starting at once on an empty database ------------------
 
+def ns(ts):
+    return ts.seconds * 1000000000 + ts.nanos
+
+
+def test_renewals_are_decided_and_stored_by_the_database():
+    server = harness.shared_postgres()
+    name, conninfo = new_database()
+
+    def stored(session):
+        return server.psql("SELECT owner, token, expiry_ns FROM "
+                           "leased_leases WHERE session = '%s'" % session,
+                           dbname=name)
+
+    with Leased(ttl="2s", postgres=conninfo) as d:
+        c = d.client()
+        held = c.acquire("r", "alice")
+        # A live lease renewed by its holder: same token, a later
+        # expiry, stored before the reply.
+        renewed = c.renew(held)
+        assert renewed.token == held.token
+        assert ns(renewed.expiry) > ns(held.expiry)
+        row = "\\x616c696365|%d|%d" % (held.token, ns(renewed.expiry))
+        assert stored("r") == row, (stored("r"), row)
+        # Another token, another owner: refused, nothing written.
+        stale = type(held)()
+        stale.CopyFrom(renewed)
+        stale.token += 1
+        expect_code(HELD, c.renew, stale)
+        stale.CopyFrom(renewed)
+        stale.owner = "bob"
+        expect_code(HELD, c.renew, stale)
+        assert stored("r") == row
+        assert c.stats().reclaims == 0
+        # Expired, nobody took it over: the holder gets it back, counted
+        # as a reclaim.
+        wait_for("expiry", lambda: time.time_ns() > ns(renewed.expiry)
+                 + 200000000, 5)
+        late = c.renew(renewed)
+        assert late.token == held.token
+        assert ns(late.expiry) > ns(renewed.expiry)
+        assert c.stats().reclaims == 1
+        # Released: a renewal is refused.
+        c.release(late)
+        expect_code(HELD, c.renew, late)
+        assert stored("r").startswith("\\x|%d|" % held.token), stored("r")
+
+
 def test_replicas_starting_at_once_make_the_schema_once():
     server = harness.shared_postgres()
     for attempt in range(3):
@@ -162,7 +209,7 @@ def test_replicas_starting_at_once_make_the_schema_once():
             assert server.psql("SELECT count(*) FROM leased_meta WHERE "
                                "key = 'schema_version'", dbname=name) == "1"
             assert server.psql("SELECT value FROM leased_meta WHERE "
-                               "key = 'schema_version'", dbname=name) == "2"
+                               "key = 'schema_version'", dbname=name) == "3"
             assert server.psql("SELECT count(*) FROM pg_proc WHERE "
                                "proname = 'leased_decide'",
                                dbname=name) == "1"
@@ -202,23 +249,48 @@ def test_other_ttl_and_newer_schema_are_refused():
                        "key = 'schema_version'", dbname=name) == "99"
 
 
-def test_schema_of_version_1_is_upgraded_keeping_its_leases():
+def upgraded_keeping_leases(version, make_old):
+    """Starts a replica on a schema turned back to `version` by
+    make_old(dbname), and checks that it upgrades it, leases kept."""
     server = harness.shared_postgres()
     name, conninfo = new_database()
     with Leased(ttl="20s", postgres=conninfo) as d:
         held = d.client().acquire("kept", "alice")
-    # What version 1 had: no batch function (its per-call ones do not
-    # matter to this version).
-    server.psql("UPDATE leased_meta SET value = 1 "
-                "WHERE key = 'schema_version'", dbname=name)
-    server.psql("DROP FUNCTION leased_decide", dbname=name)
+    server.psql("UPDATE leased_meta SET value = %d "
+                "WHERE key = 'schema_version'" % version, dbname=name)
+    make_old(name)
     with Leased(ttl="20s", postgres=conninfo) as d:
         c = d.client()
         expect_code(HELD, c.acquire, "kept", "bob")
         assert c.renew(held).token == held.token
+        assert c.renew(held).token == held.token
+        stale = type(held)()
+        stale.CopyFrom(held)
+        stale.token += 1
+        expect_code(HELD, c.renew, stale)
         assert c.acquire("new", "bob").token >= 1
     assert server.psql("SELECT value FROM leased_meta WHERE "
-                       "key = 'schema_version'", dbname=name) == "2"
+                       "key = 'schema_version'", dbname=name) == "3"
+
+
+def test_schema_of_version_1_is_upgraded_keeping_its_leases():
+    server = harness.shared_postgres()
+    # What version 1 had: no batch function (its per-call ones do not
+    # matter to this version).
+    upgraded_keeping_leases(1, lambda name: server.psql(
+        "DROP FUNCTION leased_decide", dbname=name))
+
+
+def test_schema_of_version_2_is_upgraded_keeping_its_leases():
+    server = harness.shared_postgres()
+    # Version 2's leased_decide had no short path for renewals. A
+    # stand-in that decides nothing shows that the upgrade replaced it.
+    upgraded_keeping_leases(2, lambda name: server.psql(
+        "CREATE OR REPLACE FUNCTION leased_decide(op int[], s bytea[], "
+        "o bytea[], t bigint[], ttl bigint, OUT code int, OUT tok bigint, "
+        "OUT exp bigint, OUT flags int, OUT now_ns bigint) "
+        "RETURNS SETOF record LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'version 2'; END $$", dbname=name))
 
 
 # --- 4. Bad configuration ------------------------------------------------
