@@ -146,8 +146,6 @@ def test_replicas_share_one_database():
             assert (got.owner, got.token) == (lease.owner, 10)
 
 
-# --- 2. Replicas starting at once on an empty database ------------------
-
 def ns(ts):
     return ts.seconds * 1000000000 + ts.nanos
 
@@ -161,7 +159,7 @@ def test_renewals_are_decided_and_stored_by_the_database():
                            "leased_leases WHERE session = '%s'" % session,
                            dbname=name)
 
-    with Leased(ttl="2s", postgres=conninfo) as d:
+    with Leased(ttl="4s", postgres=conninfo) as d:
         c = d.client()
         held = c.acquire("r", "alice")
         # A live lease renewed by its holder: same token, a later
@@ -184,7 +182,7 @@ def test_renewals_are_decided_and_stored_by_the_database():
         # Expired, nobody took it over: the holder gets it back, counted
         # as a reclaim.
         wait_for("expiry", lambda: time.time_ns() > ns(renewed.expiry)
-                 + 200000000, 5)
+                 + 200000000, 10)
         late = c.renew(renewed)
         assert late.token == held.token
         assert ns(late.expiry) > ns(renewed.expiry)
@@ -194,6 +192,8 @@ def test_renewals_are_decided_and_stored_by_the_database():
         expect_code(HELD, c.renew, late)
         assert stored("r").startswith("\\x|%d|" % held.token), stored("r")
 
+
+# --- 2. Replicas starting at once on an empty database ------------------
 
 def test_replicas_starting_at_once_make_the_schema_once():
     server = harness.shared_postgres()
