@@ -108,7 +108,7 @@ const struct config_option config_options[] = {
      .help = "on SIGTERM, calls in progress get this long before they are "
              "cancelled"},
     /* A raised floor leaves 2^62 takeovers before tokens overflow
-     * SQLite's 64-bit signed integers. */
+     * 64-bit signed integers (SQLite's, PostgreSQL's bigint). */
     {.name = "raise-token-floor", .env = "LEASED_RAISE_TOKEN_FLOOR",
      .arg = "N",
      .kind = CONFIG_U64, FIELD(raise_token_floor), .min = 1,

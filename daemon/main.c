@@ -279,16 +279,11 @@ static int open_sqlite(const struct config *cfg, struct store **store,
 }
 
 /* The shared store: n connections to PostgreSQL (dbs[0..n)), the schema
- * made or checked by the first. Returns 0, or -1 with errmsg set (naming
- * the flag) and none open. */
+ * made or checked by the first, which also applies --raise-token-floor.
+ * Returns 0, or -1 with errmsg set (naming the flag) and none open. */
 static int open_postgres(const struct config *cfg, struct pgstore **dbs,
                          size_t n, char *errmsg, size_t len)
 {
-    if (cfg->raise_token_floor > 0) {
-        snprintf(errmsg, len, "--raise-token-floor: only for the SQLite "
-                              "store (without --postgres)");
-        return -1;
-    }
     struct pgstore_options o = {
         .conninfo = cfg->postgres,
         .ttl_ns = cfg->ttl_ns,
@@ -304,6 +299,19 @@ static int open_postgres(const struct config *cfg, struct pgstore **dbs,
             return -1;
         }
     }
+    if (cfg->raise_token_floor == 0)
+        return 0;
+    size_t raised;
+    if (pgstore_raise_tokens(dbs[0], cfg->raise_token_floor, &raised) !=
+        PGSTORE_OK) {
+        snprintf(errmsg, len, "--raise-token-floor: %s",
+                 pgstore_errmsg(dbs[0]));
+        for (size_t i = 0; i < n; i++)
+            pgstore_close(dbs[i]);
+        return -1;
+    }
+    log_info("token_floor_raised", "to=%llu rows=%zu",
+             (unsigned long long)cfg->raise_token_floor, raised);
     return 0;
 }
 

@@ -945,6 +945,47 @@ int pgstore_collect(struct pgstore *p, size_t max, size_t *collected,
 
 #define IMPORT_CHUNK 1000 /* rows per round trip */
 
+int pgstore_raise_tokens(struct pgstore *p, uint64_t floor, size_t *raised)
+{
+    static const char what[] = "raising the token floor";
+    *raised = 0;
+    if (p->conn == NULL)
+        return down(p, what);
+    /* Exclusive: batches hold the floor lock shared, so none reads a
+     * floor or a token half raised. */
+    int err = exec_sql(p, "BEGIN", what);
+    if (err == PGSTORE_OK)
+        err = exec_sql(p, "SELECT pg_advisory_xact_lock(1818583411, 2)", what);
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "UPDATE leased_leases SET token = %llu WHERE token < %llu",
+             (unsigned long long)floor, (unsigned long long)floor);
+    if (err == PGSTORE_OK) {
+        if (!send_sql(p, sql))
+            return down(p, what);
+        if ((err = finish(p, 1, what)) == PGSTORE_OK) {
+            *raised = strtoull(PQcmdTuples(p->res[0]), NULL, 10);
+            clear_results(p, 1);
+        }
+    }
+    /* A restore, like a change of primary, starts a quarantine: the
+     * holders of the rows it brought back may be renewing elsewhere. */
+    snprintf(sql, sizeof(sql),
+             "UPDATE leased_meta SET value = CASE key "
+             "WHEN 'token_floor' THEN greatest(value, %llu) "
+             "WHEN 'generation' THEN value + 1 "
+             "ELSE greatest(value, leased_now() + %lld) END "
+             "WHERE key IN ('token_floor', 'generation', "
+             "'quarantine_end_ns')",
+             (unsigned long long)floor,
+             (long long)(p->o.ttl_ns + p->o.max_skew_ns));
+    if (err == PGSTORE_OK)
+        err = exec_sql(p, sql, what);
+    if (err == PGSTORE_OK)
+        err = exec_sql(p, "COMMIT", what);
+    return err == PGSTORE_OK ? err : txn_failed(p, err);
+}
+
 int pgstore_import(struct pgstore *p, const struct lease_row *rows, size_t n,
                    uint64_t floor, int64_t quarantine_ns)
 {

@@ -146,6 +146,14 @@ int pgstore_collect(struct pgstore *p, size_t max, size_t *collected,
 int pgstore_import(struct pgstore *p, const struct lease_row *rows, size_t n,
                    uint64_t floor, int64_t quarantine_ns);
 
+/* After a restore of an older backup of the database: raises every
+ * stored token and the token floor to at least floor, and starts a
+ * quarantine of TTL + maximum skew during which the leases held in the
+ * backup count as live, in one transaction that no batch overlaps. Every
+ * token given from then on is above floor. *raised: rows whose token
+ * was raised. */
+int pgstore_raise_tokens(struct pgstore *p, uint64_t floor, size_t *raised);
+
 /* The reason of the last error, for logs and replies. */
 const char *pgstore_errmsg(const struct pgstore *p);
 

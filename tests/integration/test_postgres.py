@@ -10,6 +10,7 @@ stops or restarts it; the others share one server per test process
 import contextlib
 import os
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -510,6 +511,63 @@ def test_garbage_collection():
             again = c.acquire(s, "carol")
             assert again.token > token, (s, again.token, token)
             assert again.token > floor
+
+
+
+# --- 8. Restoring an older backup of the database -------------------------
+
+def test_restore_of_an_older_backup_with_a_raised_floor():
+    """Promise 3 across a restore of an older pg_dump: started with
+    --raise-token-floor N (N: the token high-water mark before), a
+    replica gives only tokens above N; a holder the backup knew is told
+    it lost the lease; the leases of the backup stay held through a
+    quarantine, as after a change of primary; the raise is stored."""
+    server = harness.shared_postgres()
+    name, conninfo = new_database()
+    skew = ["--max-clock-skew", "0s"]
+    with Leased(ttl="4s", postgres=conninfo, args=skew) as d:
+        c = d.client()
+        alice = c.acquire("a", "alice")
+        backup = subprocess.run(
+            [pg.BIN + "/pg_dump", "-d", server.conninfo(dbname=name)],
+            capture_output=True, text=True, timeout=60, check=True).stdout
+        c.release(alice)
+        c.release(c.acquire("a", "bob"))
+        assert c.acquire("a", "carol").token == 3
+        assert c.acquire("b", "dave").token == 1  # newer than the backup
+        high = c.stats().token_high_water_mark
+        assert high == 3
+    server.psql("DROP DATABASE %s" % name)
+    server.psql("CREATE DATABASE %s" % name)
+    server.psql(backup, dbname=name)
+    # By now the backup's lease of alice has expired.
+    wait_for("alice's expiry", lambda: time.time_ns() > ns(alice.expiry)
+             + 200000000, 10)
+
+    with Leased(ttl="4s", postgres=conninfo,
+                args=skew + ["--raise-token-floor", str(high)]) as d:
+        d.wait_log(r"msg=token_floor_raised to=3 rows=1")
+        c = d.client()
+        expect_code(HELD, c.renew, alice)  # its token is no longer 1
+        # alice's lease of the backup has expired, but the quarantine
+        # keeps it from everyone else for a TTL.
+        expect_code(HELD, c.acquire, "a", "erin")
+        assert c.stats().quarantine_remaining_ms > 0
+        wait_for("the quarantine's end", lambda: status_of(
+            c.acquire, "a", "erin") == OK, 10)
+        assert c.acquire("a", "erin").token == 4
+        assert c.acquire("b", "frank").token == 4  # not 1 again
+        assert c.acquire("c", "gina").token == 4
+    # Stored: a start without the flag keeps it; the flag again is
+    # harmless.
+    with Leased(ttl="4s", postgres=conninfo, args=skew) as d:
+        assert d.client().acquire("new", "hal").token == 4
+    with Leased(ttl="4s", postgres=conninfo,
+                args=skew + ["--raise-token-floor", str(high)]) as d:
+        d.wait_log(r"msg=token_floor_raised to=3 rows=0")
+        assert d.client().acquire("newer", "ivy").token == 4
+    assert server.psql("SELECT min(token) FROM leased_leases",
+                       dbname=name) == "4"
 
 
 harness.main(globals())
