@@ -943,7 +943,24 @@ int pgstore_collect(struct pgstore *p, size_t max, size_t *collected,
     return PGSTORE_OK;
 }
 
-#define IMPORT_CHUNK 1000 /* rows per round trip */
+/* In a transaction: raises the token floor to at least floor, and
+ * starts a quarantine of quarantine_ns on the database's clock, during
+ * which every row stored so far (they keep the generation before it)
+ * counts as live while it is held. */
+static int floor_and_quarantine(struct pgstore *p, uint64_t floor,
+                                int64_t quarantine_ns, const char *what)
+{
+    char sql[512];
+    snprintf(sql, sizeof(sql),
+             "UPDATE leased_meta SET value = CASE key "
+             "WHEN 'token_floor' THEN greatest(value, %llu) "
+             "WHEN 'generation' THEN value + 1 "
+             "ELSE greatest(value, leased_now() + %lld) END "
+             "WHERE key IN ('token_floor', 'generation', "
+             "'quarantine_end_ns')",
+             (unsigned long long)floor, (long long)quarantine_ns);
+    return exec_sql(p, sql, what);
+}
 
 int pgstore_raise_tokens(struct pgstore *p, uint64_t floor, size_t *raised)
 {
@@ -968,23 +985,17 @@ int pgstore_raise_tokens(struct pgstore *p, uint64_t floor, size_t *raised)
             clear_results(p, 1);
         }
     }
-    /* A restore, like a change of primary, starts a quarantine: the
-     * holders of the rows it brought back may be renewing elsewhere. */
-    snprintf(sql, sizeof(sql),
-             "UPDATE leased_meta SET value = CASE key "
-             "WHEN 'token_floor' THEN greatest(value, %llu) "
-             "WHEN 'generation' THEN value + 1 "
-             "ELSE greatest(value, leased_now() + %lld) END "
-             "WHERE key IN ('token_floor', 'generation', "
-             "'quarantine_end_ns')",
-             (unsigned long long)floor,
-             (long long)(p->o.ttl_ns + p->o.max_skew_ns));
+    /* A restore, like a change of primary, starts a quarantine: the rows
+     * it brought back expire before their holders were told. */
     if (err == PGSTORE_OK)
-        err = exec_sql(p, sql, what);
+        err = floor_and_quarantine(p, floor, p->o.ttl_ns + p->o.max_skew_ns,
+                                   what);
     if (err == PGSTORE_OK)
         err = exec_sql(p, "COMMIT", what);
     return err == PGSTORE_OK ? err : txn_failed(p, err);
 }
+
+#define IMPORT_CHUNK 1000 /* rows per round trip */
 
 int pgstore_import(struct pgstore *p, const struct lease_row *rows, size_t n,
                    uint64_t floor, int64_t quarantine_ns)
@@ -1040,17 +1051,8 @@ int pgstore_import(struct pgstore *p, const struct lease_row *rows, size_t n,
             clear_results(p, k);
         done += k;
     }
-    char sql[512];
-    snprintf(sql, sizeof(sql),
-             "UPDATE leased_meta SET value = CASE key "
-             "WHEN 'token_floor' THEN greatest(value, %lld) "
-             "WHEN 'generation' THEN value + 1 "
-             "ELSE greatest(value, leased_now() + %lld) END "
-             "WHERE key IN ('token_floor', 'generation', "
-             "'quarantine_end_ns')",
-             (long long)floor, (long long)quarantine_ns);
     if (err == PGSTORE_OK)
-        err = exec_sql(p, sql, "importing");
+        err = floor_and_quarantine(p, floor, quarantine_ns, "importing");
     if (err == PGSTORE_OK)
         err = exec_sql(p, "COMMIT", "importing");
     return err == PGSTORE_OK ? err : txn_failed(p, err);
