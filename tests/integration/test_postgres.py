@@ -147,10 +147,6 @@ def test_replicas_share_one_database():
             assert (got.owner, got.token) == (lease.owner, 10)
 
 
-def ns(ts):
-    return ts.seconds * 1000000000 + ts.nanos
-
-
 def test_renewals_are_decided_and_stored_by_the_database():
     server = harness.shared_postgres()
     name, conninfo = new_database()
@@ -167,26 +163,24 @@ def test_renewals_are_decided_and_stored_by_the_database():
         # expiry, stored before the reply.
         renewed = c.renew(held)
         assert renewed.token == held.token
-        assert ns(renewed.expiry) > ns(held.expiry)
-        row = "\\x616c696365|%d|%d" % (held.token, ns(renewed.expiry))
+        assert renewed.expiry.ToNanoseconds() > held.expiry.ToNanoseconds()
+        row = "\\x616c696365|%d|%d" % (held.token,
+                                         renewed.expiry.ToNanoseconds())
         assert stored("r") == row, (stored("r"), row)
         # Another token, another owner: refused, nothing written.
-        stale = type(held)()
-        stale.CopyFrom(renewed)
-        stale.token += 1
-        expect_code(HELD, c.renew, stale)
-        stale.CopyFrom(renewed)
-        stale.owner = "bob"
-        expect_code(HELD, c.renew, stale)
+        expect_code(HELD, c.renew, harness.pb.Lease(
+            session_id="r", owner="alice", token=held.token + 1))
+        expect_code(HELD, c.renew, harness.pb.Lease(
+            session_id="r", owner="bob", token=held.token))
         assert stored("r") == row
         assert c.stats().reclaims == 0
         # Expired, nobody took it over: the holder gets it back, counted
         # as a reclaim.
-        wait_for("expiry", lambda: time.time_ns() > ns(renewed.expiry)
-                 + 200000000, 10)
+        wait_for("expiry", lambda: time.time_ns()
+                 > renewed.expiry.ToNanoseconds() + 200000000, 10)
         late = c.renew(renewed)
         assert late.token == held.token
-        assert ns(late.expiry) > ns(renewed.expiry)
+        assert late.expiry.ToNanoseconds() > renewed.expiry.ToNanoseconds()
         assert c.stats().reclaims == 1
         # Released: a renewal is refused.
         c.release(late)
@@ -265,10 +259,8 @@ def upgraded_keeping_leases(version, make_old):
         expect_code(HELD, c.acquire, "kept", "bob")
         assert c.renew(held).token == held.token
         assert c.renew(held).token == held.token
-        stale = type(held)()
-        stale.CopyFrom(held)
-        stale.token += 1
-        expect_code(HELD, c.renew, stale)
+        expect_code(HELD, c.renew, harness.pb.Lease(
+            session_id="kept", owner="alice", token=held.token + 1))
         assert c.acquire("new", "bob").token >= 1
     assert server.psql("SELECT value FROM leased_meta WHERE "
                        "key = 'schema_version'", dbname=name) == "3"
@@ -541,8 +533,8 @@ def test_restore_of_an_older_backup_with_a_raised_floor():
     server.psql("CREATE DATABASE %s" % name)
     server.psql(backup, dbname=name)
     # By now the backup's lease of alice has expired.
-    wait_for("alice's expiry", lambda: time.time_ns() > ns(alice.expiry)
-             + 200000000, 10)
+    wait_for("alice's expiry", lambda: time.time_ns()
+             > alice.expiry.ToNanoseconds() + 200000000, 10)
 
     with Leased(ttl="4s", postgres=conninfo,
                 args=skew + ["--raise-token-floor", str(high)]) as d:
