@@ -10,6 +10,9 @@
 
 #include "readfile.h"
 
+/* What separates a line's fields (a trailing CR is cut first). */
+#define BLANKS " \t"
+
 #define FILE_MAX (64 * 1024)
 
 /* A token zero-padded to the full width, so that comparing two costs the
@@ -128,11 +131,11 @@ static int parse(const char *path, char *text, struct set *set, char *errmsg,
         while (n > 0 && strchr(" \t\r", line[n - 1]) != NULL)
             line[--n] = '\0';
         char *rest = line;
-        char *first = readfile_field(&rest, " \t");
+        char *first = readfile_field(&rest, BLANKS);
         if (first == NULL || first[0] == '#')
             continue;
-        char *second = readfile_field(&rest, " \t");
-        if (readfile_field(&rest, " \t") != NULL) {
+        char *second = readfile_field(&rest, BLANKS);
+        if (readfile_field(&rest, BLANKS) != NULL) {
             snprintf(errmsg, len,
                      "%s: line %d: want TOKEN, or NAME and TOKEN separated "
                      "by blanks",
