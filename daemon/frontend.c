@@ -156,6 +156,7 @@ struct frontend {
     /* The hand-back: the loop appends, the CQ thread takes everything. */
     struct rpc *replies, *replies_tail;
     atomic_size_t pending; /* handed to the loop, not yet answered */
+    atomic_bool wanted;    /* the loop acts on new requests at once */
 
     /* CQ thread only (and the creating thread before it starts). */
     struct peers peers;
@@ -390,7 +391,8 @@ static void hand_off(struct frontend *fe, struct rpc *r)
         fe->head = &r->req;
     fe->tail = &r->req;
     pthread_mutex_unlock(&fe->lock);
-    uv_async_send(&fe->async);
+    if (atomic_load(&fe->wanted))
+        uv_async_send(&fe->async);
 }
 
 /* Checks the call's bearer token, notes its connection, and sets the
@@ -657,6 +659,21 @@ void frontend_reply(struct frontend *fe, struct request *req)
     }
 }
 
+void frontend_want_requests(struct frontend *fe, bool wanted)
+{
+    if (!wanted || atomic_exchange(&fe->wanted, true)) {
+        atomic_store(&fe->wanted, wanted);
+        return;
+    }
+    /* Requests queued while they were not wanted: the next run of the
+     * loop takes them. */
+    pthread_mutex_lock(&fe->lock);
+    bool queued = fe->head != NULL;
+    pthread_mutex_unlock(&fe->lock);
+    if (queued)
+        uv_async_send(&fe->async);
+}
+
 void frontend_set_serving(struct frontend *fe, bool serving)
 {
     atomic_store(&fe->serving, serving);
@@ -697,6 +714,7 @@ struct frontend *frontend_create(uv_loop_t *loop,
     fe->max_pending = opts->max_pending;
     fe->drain_ms = opts->drain_ns / 1000000;
     atomic_store(&fe->serving, true);
+    atomic_store(&fe->wanted, true);
     fe->tokens = opts->tokens;
     fe->admin_tokens = opts->admin_tokens;
     fe->policy = opts->policy;

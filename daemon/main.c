@@ -88,6 +88,13 @@ static void reply(void *arg, struct request *req)
     frontend_reply(d->frontend, req);
 }
 
+static void on_wanted(void *arg, bool wanted)
+{
+    struct daemon *d = arg;
+    if (d->frontend != NULL)
+        frontend_want_requests(d->frontend, wanted);
+}
+
 static void on_storage(void *arg, bool ok)
 {
     struct daemon *d = arg;
@@ -399,10 +406,12 @@ int main(int argc, char **argv)
         log_error("startup_failed", "reason=\"%s\"", err);
         return 1;
     }
-    if (d.replica != NULL)
+    if (d.replica != NULL) {
         replica_set_reply(d.replica, reply, on_storage, on_fatal, &d);
-    else
+        replica_set_wanted(d.replica, on_wanted);
+    } else {
         server_set_reply(d.server, reply, on_storage, on_fatal, &d);
+    }
 
     /* The loop reads the signals only once it runs, when the frontend is
      * there: a SIGTERM right after `listening` drains rather than kills. */

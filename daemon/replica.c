@@ -4,8 +4,9 @@
  * The replica has a few connections to the database (--postgres-
  * connections), each a `slot` with one round trip in flight at a time, on
  * a worker thread; the loop never waits for the network. Lease calls that
- * arrive while every connection is busy wait in `leases`, and the next
- * connection free takes all of them (up to MAX_BATCH) in one round trip:
+ * arrive while every connection is busy wait (in the front end's hand-off,
+ * which then does not wake the loop for each, and in `leases`), and the
+ * next connection free takes all of them (up to MAX_BATCH) in one round trip:
  * one transaction per batch, group commit over the network. With two
  * connections, one batch is sent while the other commits, and the
  * database flushes its log for both at once. A reply leaves only once its
@@ -107,6 +108,7 @@ struct replica {
     int64_t ttl_ns;
     void (*reply)(void *arg, struct request *req);
     void (*storage)(void *arg, bool ok);
+    void (*wanted)(void *arg, bool wanted);
     void *reply_arg;
 
     struct queue leases, admins;
@@ -576,6 +578,14 @@ static void process(struct replica *r)
         while (sl->job == JOB_NONE && give_work(r, sl))
             ;
     }
+    /* With every connection busy, a new call could only wait in the
+     * queue: it may as well wait in the hand-off, without waking the
+     * loop; the next slot free takes it. */
+    bool idle = !r->serving;
+    for (size_t i = 0; i < r->nslots; i++)
+        idle = idle || r->slots[i].job == JOB_NONE;
+    if (r->wanted != NULL)
+        r->wanted(r->reply_arg, idle);
 }
 
 void replica_submit(struct replica *r, struct request *list)
@@ -586,6 +596,12 @@ void replica_submit(struct replica *r, struct request *list)
         push(request_is_admin(req->op) ? &r->admins : &r->leases, req);
     }
     process(r);
+}
+
+void replica_set_wanted(struct replica *r,
+                        void (*wanted)(void *arg, bool wanted))
+{
+    r->wanted = wanted;
 }
 
 static void on_tick(uv_timer_t *t)

@@ -34,6 +34,12 @@ void replica_set_reply(struct replica *r,
                        void (*storage)(void *arg, bool ok),
                        void (*fatal)(void *arg, const char *why), void *arg);
 
+/* Sets what the replica calls (on the loop, with the arg of
+ * replica_set_reply) to say whether new requests should reach it at once:
+ * not while every connection is busy. */
+void replica_set_wanted(struct replica *r,
+                        void (*wanted)(void *arg, bool wanted));
+
 /* Takes a list of requests (linked by ->next) to decide and answer. */
 void replica_submit(struct replica *r, struct request *list);
 

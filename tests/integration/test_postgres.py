@@ -147,6 +147,61 @@ def test_replicas_share_one_database():
             assert (got.owner, got.token) == (lease.owner, 10)
 
 
+def test_a_call_waiting_for_a_busy_connection_is_answered():
+    """While every connection has a round trip in flight, new calls wait
+    without waking the loop; the connection, once free, must still take
+    them, even when no further call comes."""
+    name, conninfo = new_database()
+    server = harness.shared_postgres()
+    with Leased(ttl="30s", postgres=conninfo,
+                args=["--postgres-connections", "1",
+                      "--postgres-timeout", "10s",
+                      "--metrics-listen", "127.0.0.1:0"]) as d:
+        c = d.client()
+        c.acquire("warm", "w")
+
+        def floor_lock(granted):
+            return server.psql(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                " AND classid = 1818583411 AND objid = 2 AND granted = %s"
+                % granted, dbname=name)
+
+        # Every batch takes the floor lock shared: held exclusively, it
+        # keeps the one connection's round trip in flight.
+        holder = threading.Thread(target=server.psql, kwargs=dict(
+            sql="SELECT pg_advisory_lock(1818583411, 2); SELECT pg_sleep(2)",
+            dbname=name))
+        holder.start()
+        wait_for("the lock held", lambda: floor_lock("true") == "1", 10)
+        results = {}
+
+        def acquire(session):
+            try:
+                results[session] = c.acquire(session, "owner")
+            except grpc.RpcError as e:
+                results[session] = e.code()
+
+        calls = [threading.Thread(target=acquire, args=(s,))
+                 for s in ("first", "second")]
+        calls[0].start()
+        wait_for("the first batch waits",
+                 lambda: floor_lock("false") == "1", 10)
+        calls[1].start()
+        wait_for("both calls in", lambda: metric(
+            d, "leased_queue_depth") == 2, 10)
+        holder.join(timeout=30)
+        for t in calls:
+            t.join(timeout=30)
+        # The client's deadline is 5 s: a call left behind would get
+        # DEADLINE_EXCEEDED.
+        for session in ("first", "second"):
+            got = results[session]
+            assert not isinstance(got, grpc.StatusCode), (session, got)
+            assert (got.owner, got.token) == ("owner", 1), got
+        assert metric(d, "leased_queue_depth") == 0
+        assert metric(d, "leased_pg_batch_calls_count") == 3
+
+
 def test_renewals_are_decided_and_stored_by_the_database():
     server = harness.shared_postgres()
     name, conninfo = new_database()
