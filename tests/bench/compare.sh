@@ -8,7 +8,10 @@
 #              PostgreSQL 15 of its own (Debian's binaries, a new cluster
 #              per run: initdb, then postgres on 127.0.0.1), PostgreSQL's
 #              default durability (fsync and synchronous_commit on; no
-#              standby: a commit is on one disk), --ttl 30s
+#              standby: a commit is on one disk), --ttl 30s and
+#              --postgres-connections 1, what docs/operations.md advises
+#              for a replica on its database's host with no standby
+#              (--pg-connections N to measure another)
 #   leased-pg2 two such replicas over the same database. leasebench takes
 #              one address, so two leasebench processes run at once, one
 #              per replica, each with half the concurrency and sessions
@@ -45,7 +48,7 @@
 #       [--connections 1] [--threads 1]   (threads: at most one per call in flight)
 #       [--systems "leased leased-audit leased-pg leased-pg2 null etcd redis
 #                   redis-aof"]
-#       [--build DIR] [--out DIR]
+#       [--pg-connections 1] [--build DIR] [--out DIR]
 #
 # Installs etcd-server, redis-server and postgresql-15 (without its
 # system cluster) with apt-get when missing (as root). PostgreSQL refuses
@@ -64,6 +67,7 @@ duration=10s
 warmup=2s
 sessions=1024
 connections=1
+pg_connections=1
 threads=1
 systems="leased leased-pg leased-pg2 null etcd redis redis-aof"
 out=
@@ -85,6 +89,7 @@ while [ $# -gt 0 ]; do
     --sessions) sessions=$2; shift 2 ;;
     --connections) connections=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
+    --pg-connections) pg_connections=$2; shift 2 ;;
     --systems) systems=$2; shift 2 ;;
     --build) build=$(cd "$2" && pwd); shift 2 ;;
     --out) out=$2; shift 2 ;;
@@ -306,7 +311,8 @@ start_server() {
       for _ in $(seq "$replicas"); do
         port=$(free_ports 1)
         "$leased" --listen "127.0.0.1:$port" --postgres "$pgconn" --ttl 30s \
-          --log-level warn >>"$dir.log" 2>&1 &
+          --postgres-connections "$pg_connections" --log-level warn \
+          >>"$dir.log" 2>&1 &
         started $! TERM
         urls+=("leased://127.0.0.1:$port")
         wait_ready grpc "$port" "$!" || server_failed "$dir"
@@ -462,11 +468,12 @@ for round in $(seq "$rounds"); do
 done
 
 "$python" - "$results" "$systems" "$workloads" "$concurrency" "$rounds" \
-  "$duration" "$warmup" "$sessions" "$connections" "$threads" <<'EOF'
+  "$duration" "$warmup" "$sessions" "$connections" "$threads" \
+  "$pg_connections" <<'EOF'
 import json, os, platform, statistics, subprocess, sys
 
 (results, systems, workloads, concs, rounds, duration, warmup, sessions,
- connections, threads) = sys.argv[1:]
+ connections, threads, pg_connections) = sys.argv[1:]
 systems, workloads, concs = systems.split(), workloads.split(), concs.split()
 
 
@@ -574,7 +581,8 @@ print("redis: default config, no persistence (--save ''); redis-aof: "
       "--appendonly yes --appendfsync always.")
 if "leased-pg" in systems or "leased-pg2" in systems:
     print("leased-pg: one replica over a local PostgreSQL (fsync, "
-          "synchronous_commit on); leased-pg2: two replicas over it, one "
-          "leasebench per replica with half the calls in flight (one at "
-          "conc 1): ops/s summed, percentiles the larger of the two.")
+          "synchronous_commit on), --postgres-connections %s; leased-pg2: "
+          "two replicas over it, one leasebench per replica with half the "
+          "calls in flight (one at conc 1): ops/s summed, percentiles the "
+          "larger of the two." % pg_connections)
 EOF
