@@ -661,12 +661,12 @@ void frontend_reply(struct frontend *fe, struct request *req)
 
 void frontend_want_requests(struct frontend *fe, bool wanted)
 {
-    if (!wanted || atomic_exchange(&fe->wanted, true)) {
-        atomic_store(&fe->wanted, wanted);
+    bool was = atomic_exchange(&fe->wanted, wanted);
+    if (!wanted || was)
         return;
-    }
     /* Requests queued while they were not wanted: the next run of the
-     * loop takes them. */
+     * loop takes them. The hand-off either saw wanted set, and woke the
+     * loop itself, or queued before this lock. */
     pthread_mutex_lock(&fe->lock);
     bool queued = fe->head != NULL;
     pthread_mutex_unlock(&fe->lock);
