@@ -1,7 +1,7 @@
 /*
  * The SQL of the PostgreSQL store (see pgsql.h), which postgres.c runs.
  *
- * Schema (leased_meta 'schema_version' = 3):
+ * Schema (leased_meta 'schema_version' = 4):
  *   leased_leases(session bytea PRIMARY KEY, owner bytea, token bigint,
  *                 expiry_ns bigint, generation bigint)
  *     owner '' means released; expiry_ns is the database's clock, ns since
@@ -32,35 +32,84 @@
  */
 #include "pgsql.h"
 
-/* A batch: calls i = 1..n, op[i] an enum rules_op, decided in their
- * order, one row each: code (enum rules_code), the lease's token and
- * expiry (code 0), flags (enum pgstore_flag: 1 takeover, 2 it
- * replaced an expired holder, 4 a renewal after expiry), and the
- * time of the decision. One statement for the whole batch: its
- * calls cost no round trip, parse or plan of their own. The floor
- * lock first. The generation and the quarantine are read once: they
- * change only when a connection finds a new primary, which it
- * stores before its first batch, and every connection to that
- * primary is new.
+/* A batch: calls i = 1..n, op[i] an enum rules_op, in session order
+ * (then arrival order), decided in their order, one row each: code (enum
+ * rules_code), the lease's token and expiry (code 0), flags (enum
+ * pgstore_flag: 1 takeover, 2 it replaced an expired holder, 4 a renewal
+ * after expiry), and the time of the decision. One statement for the
+ * whole batch: its calls cost no round trip, parse or plan of their own.
+ * The floor lock first.
  *
- * A renewal of a live lease by its holder, the common call, is one
- * conditional UPDATE; any other renewal (expired, another owner or
- * token, no row) falls through to the general path, which decides it
- * as before. */
+ * A renewal of a live lease by its holder, the common call, takes the
+ * short path. Consecutive renewals, each the first call of its session
+ * in the batch (a run), are one UPDATE joined to their arrays: that
+ * statement updates every row of the run, the rows it may not renew
+ * unchanged, so it locks them all, in the order of the arrays (seqscan
+ * and bitmapscan off: each row comes from the index as the join asks for
+ * it). A lone renewal is one conditional UPDATE. A renewal the short
+ * path did not grant (expired, another owner or token) falls through to
+ * the general path, which decides it as before on the row it has locked
+ * already; one of a run whose row is missing is refused then and there.
+ * So every row is locked at its place in session order, and two batches
+ * never deadlock.
+ *
+ * The generation and the quarantine are read at most once, by the first
+ * call that needs them: they change only when a connection finds a new
+ * primary, which it stores before its first batch, and every connection
+ * to that primary is new. They are read by statements of this function,
+ * not leased_meta_value(): a SQL function called from PL/pgSQL is parsed
+ * and planned again in every transaction. */
 static const char leased_decide[] =
     "CREATE OR REPLACE FUNCTION leased_decide(op int[], s bytea[], "
     " o bytea[], t bigint[], ttl bigint, OUT code int, OUT tok bigint, "
     " OUT exp bigint, OUT flags int, OUT now_ns bigint) "
-    "RETURNS SETOF record LANGUAGE plpgsql AS $$ "
+    "RETURNS SETOF record LANGUAGE plpgsql "
+    "SET enable_seqscan = off SET enable_bitmapscan = off AS $$ "
     "DECLARE r leased_leases; had boolean; live boolean; "
-    " gen bigint; qend bigint; "
+    " gen bigint; qend bigint; n int := cardinality(op); "
+    " j int; run_end int := 0; run_now bigint; u record; "
+    " rcode int[]; rtok bigint[]; rexp bigint[]; "
     "BEGIN "
     " PERFORM pg_advisory_xact_lock_shared(1818583411, 2); "
-    " gen := leased_meta_value('generation'); "
-    " qend := leased_meta_value('quarantine_end_ns'); "
-    " FOR i IN 1 .. cardinality(op) LOOP "
+    " FOR i IN 1 .. n LOOP "
     "  flags := 0; tok := NULL; exp := NULL; "
-    "  IF op[i] = 2 THEN "
+    /* A run starts here: its calls are i .. j - 1. */
+    "  IF op[i] = 2 AND i > run_end AND (i = 1 OR s[i] <> s[i - 1]) THEN "
+    "   j := i + 1; "
+    "   WHILE j <= n AND op[j] = 2 AND s[j] <> s[j - 1] LOOP "
+    "    j := j + 1; "
+    "   END LOOP; "
+    "   IF j - i > 1 THEN "
+    "    run_end := j - 1; "
+    "    IF rcode IS NULL THEN "
+    "     rcode := array_fill(2, ARRAY[n]); "
+    "     rtok := array_fill(NULL::bigint, ARRAY[n]); rexp := rtok; "
+    "    END IF; "
+    "    run_now := leased_now(); "
+    "    FOR u IN UPDATE leased_leases l SET expiry_ns = CASE "
+    "      WHEN l.owner = c.o AND l.owner <> '' AND l.token = c.t "
+    "       AND l.expiry_ns > run_now "
+    "      THEN greatest(run_now + ttl, l.expiry_ns + 1) "
+    "      ELSE l.expiry_ns END "
+    "     FROM unnest(s[i:j - 1], o[i:j - 1], t[i:j - 1]) "
+    "      WITH ORDINALITY AS c(s, o, t, k) "
+    "     WHERE l.session = c.s "
+    "     RETURNING (i - 1 + c.k)::int AS k, l.token, l.expiry_ns, "
+    "      l.owner = c.o AND l.owner <> '' AND l.token = c.t "
+    "      AND l.expiry_ns > run_now AS renewed "
+    "    LOOP "
+    "     rcode[u.k] := CASE WHEN u.renewed THEN 0 ELSE -1 END; "
+    "     rtok[u.k] := u.token; rexp[u.k] := u.expiry_ns; "
+    "    END LOOP; "
+    "   END IF; "
+    "  END IF; "
+    "  IF i <= run_end THEN "
+    "   IF rcode[i] >= 0 THEN "
+    "    code := rcode[i]; now_ns := run_now; "
+    "    IF code = 0 THEN tok := rtok[i]; exp := rexp[i]; END IF; "
+    "    RETURN NEXT; CONTINUE; "
+    "   END IF; "
+    "  ELSIF op[i] = 2 THEN "
     "   now_ns := leased_now(); "
     "   UPDATE leased_leases SET "
     "    expiry_ns = greatest(now_ns + ttl, expiry_ns + 1) "
@@ -68,6 +117,11 @@ static const char leased_decide[] =
     "    AND token = t[i] AND expiry_ns > now_ns "
     "    RETURNING token, expiry_ns INTO tok, exp; "
     "   IF FOUND THEN code := 0; RETURN NEXT; CONTINUE; END IF; "
+    "  END IF; "
+    "  IF gen IS NULL THEN "
+    "   SELECT value INTO gen FROM leased_meta WHERE key = 'generation'; "
+    "   SELECT value INTO qend FROM leased_meta "
+    "    WHERE key = 'quarantine_end_ns'; "
     "  END IF; "
     "  <<one>> LOOP "
     "   SELECT * INTO r FROM leased_leases WHERE session = s[i] FOR UPDATE; "
@@ -90,7 +144,9 @@ static const char leased_decide[] =
     "      expiry_ns = exp, generation = gen WHERE session = s[i]; "
     "     EXIT one; "
     "    END IF; "
-    "    tok := leased_meta_value('token_floor') + 1; flags := 1; "
+    "    SELECT value + 1 INTO tok FROM leased_meta "
+    "     WHERE key = 'token_floor'; "
+    "    flags := 1; "
     "    INSERT INTO leased_leases VALUES (s[i], o[i], tok, exp, gen) "
     "     ON CONFLICT (session) DO NOTHING; "
     "    IF FOUND THEN EXIT one; END IF; "
@@ -175,9 +231,10 @@ const size_t pgsql_schema_count = sizeof(pgsql_schema) / sizeof(*pgsql_schema);
 /* Version 1 decided each call with a statement of its own (functions
  * leased_begin, leased_acquire, leased_renew and leased_release); they
  * stay for replicas of that version still running during the upgrade.
- * Version 2's leased_decide had no short path for renewals; this one
- * replaces it in place, deciding the same, so replicas of version 2
- * still running call it unchanged. */
+ * Versions 2 and 3 had older bodies of leased_decide (version 2 had no
+ * short path for renewals, version 3 one UPDATE per renewal); this one
+ * replaces theirs in place, deciding the same, so replicas of those
+ * versions still running call it unchanged. */
 const char *const pgsql_upgrade[] = {leased_decide};
 const size_t pgsql_upgrade_count =
     sizeof(pgsql_upgrade) / sizeof(*pgsql_upgrade);

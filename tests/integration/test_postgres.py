@@ -9,6 +9,7 @@ stops or restarts it; the others share one server per test process
 """
 import contextlib
 import os
+import random
 import re
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from harness import Leased, expect_code, status_of  # noqa: E402
 OK = grpc.StatusCode.OK
 HELD = grpc.StatusCode.FAILED_PRECONDITION
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+SCHEMA_VERSION = "4"  # storage/pgsql.h
 
 _names = 0
 
@@ -243,6 +245,113 @@ def test_renewals_are_decided_and_stored_by_the_database():
         assert stored("r").startswith("\\x|%d|" % held.token), stored("r")
 
 
+LIVE_NS = 8 * 10**18  # far beyond any clock: a renewal adds 1
+GONE_NS = 1000  # long expired
+
+
+def decide(calls, ttl_ns):
+    """SQL calling leased_decide on calls [(op, session, owner, token)]."""
+    def arr(values, cast):
+        return "ARRAY[%s]::%s[]" % (",".join(values), cast)
+    return ("SELECT code, tok, exp, flags, now_ns FROM leased_decide(%s, "
+            "%s, %s, %s, %d);\n" % (
+                arr([str(c[0]) for c in calls], "int"),
+                arr(["'%s'" % c[1] for c in calls], "bytea"),
+                arr(["'%s'" % c[2] for c in calls], "bytea"),
+                arr([str(c[3]) for c in calls], "bigint"), ttl_ns))
+
+
+def answers(out, ttl_ns):
+    """leased_decide's rows, an expiry of now + TTL as "now+ttl" (the
+    clock moves between the two databases)."""
+    rows = []
+    for line in out.splitlines():
+        code, tok, exp, flags, now = line.split("|")
+        if exp and int(exp) == int(now) + ttl_ns:
+            exp = "now+ttl"
+        rows.append((code, tok, exp, flags))
+    return rows
+
+
+def test_a_batch_decides_as_its_calls_one_at_a_time():
+    # leased_decide takes short paths for renewals: consecutive ones, each
+    # the first call of its session in the batch, as one UPDATE; a lone
+    # one as another. Batches of mixed calls over rows in every state,
+    # decided at once on one database and one call at a time on another,
+    # must get the same answers and leave the same rows.
+    server = harness.shared_postgres()
+    ttl_ns = 20 * 10**9
+    dbs = []
+    for _ in range(2):
+        name, conninfo = new_database()
+        with Leased(ttl="20s", postgres=conninfo):
+            pass  # makes the schema
+        dbs.append(name)
+    rng = random.Random(12)
+    seen = set()  # what the runs of renewals met
+    for _ in range(6):
+        # 40 sessions: missing, live, long expired, or released.
+        rows = {}
+        for i in range(40):
+            state = rng.choice(["missing", "live", "live", "gone", "free"])
+            if state != "missing":
+                rows["s%02d" % i] = (
+                    "" if state == "free" else rng.choice(["alice", "bob"]),
+                    rng.randint(1, 3), GONE_NS if state == "gone" else LIVE_NS)
+        # 48 calls, mostly renewals, mostly of a session of their own.
+        calls = []
+        for _ in range(48):
+            if calls and rng.random() < 0.2:
+                session = rng.choice(calls)[1]
+            else:
+                session = "s%02d" % rng.randrange(40)
+            op = rng.choice([2] * 7 + [1] * 2 + [3])
+            row = rows.get(session, ("x", 1, 0))
+            owner = row[0] if row[0] and rng.random() < 0.8 else "alice"
+            token = row[1] if rng.random() < 0.8 else rng.randint(1, 4)
+            calls.append((op, session, owner, token))
+        calls.sort(key=lambda c: c[1])  # stable, as the replica sorts
+        # What the runs met: the first call of a session decides on its
+        # row as it was.
+        first = [i == 0 or calls[i - 1][1] != c[1]
+                 for i, c in enumerate(calls)]
+        may_run = [c[0] == 2 and f for c, f in zip(calls, first)]
+        for i, (op, session, owner, token) in enumerate(calls):
+            if may_run[i] and ((i > 0 and may_run[i - 1]) or
+                               (i + 1 < len(calls) and may_run[i + 1])):
+                row = rows.get(session)
+                seen.add("missing" if row is None else
+                         "other" if (row[0], row[1]) != (owner, token) else
+                         "renewed" if row[2] == LIVE_NS else "expired")
+            elif op == 2 and not first[i]:
+                seen.add("renewal after another call of its session")
+        fill = "TRUNCATE leased_leases;\n" + "".join(
+            "INSERT INTO leased_leases VALUES ('%s', '%s', %d, %d, "
+            "(SELECT value FROM leased_meta WHERE key = 'generation'));\n"
+            % (session, owner, token, expiry)
+            for session, (owner, token, expiry) in rows.items())
+        for name in dbs:
+            server.psql(fill, dbname=name)
+        at_once = answers(server.psql(
+            decide(calls, ttl_ns), dbname=dbs[0]), ttl_ns)
+        one_by_one = answers(server.psql("".join(
+            decide([c], ttl_ns) for c in calls),
+            dbname=dbs[1]), ttl_ns)
+        assert len(at_once) == len(calls)
+        for c, a, b in zip(calls, at_once, one_by_one):
+            assert a == b, (c, a, b)
+        # The same rows, an expiry set from the clock as "recent".
+        table = ("SELECT session, owner, token, CASE WHEN expiry_ns "
+                 "BETWEEN %d AND %d THEN 'recent' ELSE expiry_ns::text "
+                 "END FROM leased_leases ORDER BY session"
+                 % (GONE_NS + 1, LIVE_NS - 1))
+        assert (server.psql(table, dbname=dbs[0]) ==
+                server.psql(table, dbname=dbs[1]))
+    # Runs met rows of every kind, and sessions had several calls.
+    assert seen == {"missing", "other", "renewed", "expired",
+                    "renewal after another call of its session"}, seen
+
+
 # --- 2. Replicas starting at once on an empty database ------------------
 
 def test_replicas_starting_at_once_make_the_schema_once():
@@ -259,7 +368,8 @@ def test_replicas_starting_at_once_make_the_schema_once():
             assert server.psql("SELECT count(*) FROM leased_meta WHERE "
                                "key = 'schema_version'", dbname=name) == "1"
             assert server.psql("SELECT value FROM leased_meta WHERE "
-                               "key = 'schema_version'", dbname=name) == "3"
+                               "key = 'schema_version'",
+                               dbname=name) == SCHEMA_VERSION
             assert server.psql("SELECT count(*) FROM pg_proc WHERE "
                                "proname = 'leased_decide'",
                                dbname=name) == "1"
@@ -318,7 +428,7 @@ def upgraded_keeping_leases(version, make_old):
             session_id="kept", owner="alice", token=held.token + 1))
         assert c.acquire("new", "bob").token >= 1
     assert server.psql("SELECT value FROM leased_meta WHERE "
-                       "key = 'schema_version'", dbname=name) == "3"
+                       "key = 'schema_version'", dbname=name) == SCHEMA_VERSION
 
 
 def test_schema_of_version_1_is_upgraded_keeping_its_leases():
@@ -329,16 +439,26 @@ def test_schema_of_version_1_is_upgraded_keeping_its_leases():
         "DROP FUNCTION leased_decide", dbname=name))
 
 
-def test_schema_of_version_2_is_upgraded_keeping_its_leases():
-    server = harness.shared_postgres()
-    # Version 2's leased_decide had no short path for renewals. A
-    # stand-in that decides nothing shows that the upgrade replaced it.
-    upgraded_keeping_leases(2, lambda name: server.psql(
+def stand_in_decide(name, version):
+    """Puts a leased_decide that decides nothing in database name: an
+    upgrade from version must replace it."""
+    harness.shared_postgres().psql(
         "CREATE OR REPLACE FUNCTION leased_decide(op int[], s bytea[], "
         "o bytea[], t bigint[], ttl bigint, OUT code int, OUT tok bigint, "
         "OUT exp bigint, OUT flags int, OUT now_ns bigint) "
         "RETURNS SETOF record LANGUAGE plpgsql AS "
-        "$$ BEGIN RAISE EXCEPTION 'version 2'; END $$", dbname=name))
+        "$$ BEGIN RAISE EXCEPTION 'version %d'; END $$" % version,
+        dbname=name)
+
+
+def test_schema_of_version_2_is_upgraded_keeping_its_leases():
+    # Version 2's leased_decide had no short path for renewals.
+    upgraded_keeping_leases(2, lambda name: stand_in_decide(name, 2))
+
+
+def test_schema_of_version_3_is_upgraded_keeping_its_leases():
+    # Version 3's made one UPDATE of each renewal.
+    upgraded_keeping_leases(3, lambda name: stand_in_decide(name, 3))
 
 
 # --- 4. Bad configuration ------------------------------------------------
