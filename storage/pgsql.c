@@ -44,9 +44,9 @@
  * short path. Consecutive renewals, each the first call of its session
  * in the batch (a run), are one UPDATE joined to their arrays: that
  * statement updates every row of the run, the rows it may not renew
- * unchanged, so it locks them all, in the order of the arrays (seqscan
- * and bitmapscan off: each row comes from the index as the join asks for
- * it). A lone renewal is one conditional UPDATE. A renewal the short
+ * unchanged, so it locks them all, in session order: with seqscan and
+ * bitmapscan off, its join walks the arrays or the primary key's index,
+ * both in that order. A lone renewal is one conditional UPDATE. A renewal the short
  * path did not grant (expired, another owner or token) falls through to
  * the general path, which decides it as before on the row it has locked
  * already; one of a run whose row is missing is refused then and there.
