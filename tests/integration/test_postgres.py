@@ -306,7 +306,7 @@ def test_a_batch_decides_as_its_calls_one_at_a_time():
             else:
                 session = "s%02d" % rng.randrange(40)
             op = rng.choice([2] * 7 + [1] * 2 + [3])
-            row = rows.get(session, ("x", 1, 0))
+            row = rows.get(session, ("alice", 1, 0))
             owner = row[0] if row[0] and rng.random() < 0.8 else "alice"
             token = row[1] if rng.random() < 0.8 else rng.randint(1, 4)
             calls.append((op, session, owner, token))
@@ -337,7 +337,7 @@ def test_a_batch_decides_as_its_calls_one_at_a_time():
         one_by_one = answers(server.psql("".join(
             decide([c], ttl_ns) for c in calls),
             dbname=dbs[1]), ttl_ns)
-        assert len(at_once) == len(calls)
+        assert len(at_once) == len(one_by_one) == len(calls)
         for c, a, b in zip(calls, at_once, one_by_one):
             assert a == b, (c, a, b)
         # The same rows, an expiry set from the clock as "recent".
