@@ -21,7 +21,8 @@
  *
  * The rules (core/rules.h, docs/protocol.md) are stated here a second
  * time, in SQL, as the function leased_decide: for each call of a batch
- * it locks the row (FOR UPDATE), reads the database's clock and decides.
+ * it locks the row (FOR UPDATE, or by the UPDATE of a run of renewals),
+ * reads the database's clock and decides.
  * The conformance suite holds both to one behaviour.
  *
  * Tokens of new rows come from the floor, which garbage collection

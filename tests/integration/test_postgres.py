@@ -261,6 +261,16 @@ def decide(calls, ttl_ns, columns="code, tok, exp, flags, now_ns"):
                 arr([str(c[3]) for c in calls], "bigint"), ttl_ns))
 
 
+def rows_sql(rows):
+    """SQL storing rows {session: (owner, token, expiry_ns)}, taken over
+    in the current generation."""
+    return "".join(
+        "INSERT INTO leased_leases VALUES ('%s', '%s', %d, %d, "
+        "(SELECT value FROM leased_meta WHERE key = 'generation'));\n"
+        % (session, owner, token, expiry)
+        for session, (owner, token, expiry) in rows.items())
+
+
 def answers(out, ttl_ns):
     """leased_decide's rows, an expiry of now + TTL as "now+ttl" (the
     clock moves between the two databases)."""
@@ -325,11 +335,7 @@ def test_a_batch_decides_as_its_calls_one_at_a_time():
                          "renewed" if row[2] == LIVE_NS else "expired")
             elif op == 2 and not first[i]:
                 seen.add("renewal after another call of its session")
-        fill = "TRUNCATE leased_leases;\n" + "".join(
-            "INSERT INTO leased_leases VALUES ('%s', '%s', %d, %d, "
-            "(SELECT value FROM leased_meta WHERE key = 'generation'));\n"
-            % (session, owner, token, expiry)
-            for session, (owner, token, expiry) in rows.items())
+        fill = "TRUNCATE leased_leases;\n" + rows_sql(rows)
         for name in dbs:
             server.psql(fill, dbname=name)
         at_once = answers(server.psql(
@@ -363,9 +369,8 @@ def test_crossing_batches_never_deadlock():
     with Leased(ttl="20s", postgres=conninfo):
         pass  # makes the schema
     sessions = ["s%02d" % i for i in range(48)]
-    server.psql("".join(
-        "INSERT INTO leased_leases VALUES ('%s', 'alice', 1, %d, 0);\n"
-        % (session, LIVE_NS) for session in sessions), dbname=name)
+    server.psql(rows_sql({session: ("alice", 1, LIVE_NS)
+                          for session in sessions}), dbname=name)
 
     def script(seed):
         rng = random.Random(seed)
