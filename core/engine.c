@@ -511,6 +511,12 @@ uint64_t engine_stamp_of(const struct engine *e, const char *session,
     return en != NULL ? en->stamp : e->collect_stamp;
 }
 
+uint64_t engine_hash(const struct engine *e, const char *session,
+                     size_t session_len)
+{
+    return hash_bytes(e, session, session_len);
+}
+
 bool engine_get(const struct engine *e, const char *session,
                 size_t session_len, struct lease_row *row)
 {

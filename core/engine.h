@@ -182,6 +182,10 @@ void engine_stamp(struct engine *e, struct engine_change *chg,
 uint64_t engine_stamp_of(const struct engine *e, const char *session,
                          size_t session_len);
 
+/* The session's hash in e's table: keyed, the same for e's lifetime. */
+uint64_t engine_hash(const struct engine *e, const char *session,
+                     size_t session_len);
+
 /* Looks up a session; fills *row (strings borrowed until the next call
  * that changes the engine). Returns false when there is no entry. */
 bool engine_get(const struct engine *e, const char *session,

@@ -9,11 +9,14 @@
  * only changes of owner (takeovers, releases) and garbage collection, and
  * matches rows on owner and token, not expiry.
  *
- * The short path: a renewal of a session with no change in flight is
- * decided as soon as it arrives (server_submit), even while a commit is
- * in flight; it touches only its own entry, which the commit worker does
- * not read. Everything else waits in `pending` while a commit is in
- * flight. When none is, everything pending (up to MAX_BATCH) becomes one
+ * The short path: a renewal of a session with no change in flight and no
+ * call waiting ahead of it is decided as soon as it arrives
+ * (server_submit), even while a commit is in flight; it touches only its
+ * own entry, which the commit worker does not read. Everything else waits
+ * in `pending` while a commit is in flight. The calls of one session are
+ * decided in the order they arrived: a renewal must not overtake its
+ * holder's release that waits (the holder may have given up on it), or
+ * the renewal's OK would promise a lease the release ends soon after. When none is, everything pending (up to MAX_BATCH) becomes one
  * batch: the engine decides each request in arrival order at one `now`.
  * A request whose session one of the batch's changes touched depends on
  * the batch's commit and waits for it; the others are answered at once.
@@ -83,6 +86,7 @@
 #define GC_INTERVAL_MS 1000
 #define CENSUS_BUCKETS 65536 /* looked at per tick for leases_live */
 #define CLOCK_STEP_NS INT64_C(1000000000) /* wall clock jumps logged */
+#define QUEUED_SLOTS 4096 /* counters of the lease calls waiting */
 
 struct server {
     uv_loop_t *loop;
@@ -95,6 +99,10 @@ struct server {
     void *reply_arg;
 
     struct request *pending, *pending_tail;
+    /* The lease calls in pending, counted by their session's hash: a
+     * renewal takes the short path only if its counter is zero (two
+     * sessions may share one: then it waits when it need not). */
+    uint32_t queued[QUEUED_SLOTS];
 
     /* The batch being committed. */
     bool committing;
@@ -628,6 +636,13 @@ static void maybe_list(struct server *s)
     uv_queue_work(s->loop, &s->list_work, run_list, list_done);
 }
 
+/* The counter of req's session in s->queued. */
+static uint32_t *queued(struct server *s, const struct request *req)
+{
+    uint64_t h = engine_hash(s->engine, req->session, req->session_len);
+    return &s->queued[h % QUEUED_SLOTS];
+}
+
 /* Takes the admin calls out of pending and answers them: Get and Stats
  * at once, from the engine (between batches it holds no tentative
  * change), List in turn on a worker. */
@@ -695,6 +710,8 @@ static void process(struct server *s)
             struct request *r = s->pending;
             s->pending = r->next;
             r->next = NULL;
+            assert(*queued(s, r) > 0);
+            --*queued(s, r);
             if (decide(s, now_ns, r, &s->chgs[s->nchgs])) {
                 *tail = r;
                 tail = &r->next;
@@ -716,16 +733,18 @@ static void process(struct server *s)
     }
 }
 
-/* The short path: a renewal of a session with no change in flight is
- * decided at once, even while a commit is in flight. It keeps owner and
- * token, so it is soft (never written) and touches no entry the commit
- * worker reads. Returns false if req must wait for a batch. */
+/* The short path: a renewal of a session with no change in flight and
+ * no call waiting is decided at once, even while a commit is in flight.
+ * It keeps owner and token, so it is soft (never written) and touches no
+ * entry the commit worker reads. Returns false if req must wait for a
+ * batch. */
 static bool renew_at_once(struct server *s, int64_t now_ns,
                           struct request *req)
 {
     if (req->op != OP_RENEW ||
         engine_stamp_of(s->engine, req->session, req->session_len) >
-            s->committed_seq)
+            s->committed_seq ||
+        (s->pending != NULL && *queued(s, req) > 0))
         return false;
     struct engine_change chg;
     bool in_batch = decide(s, now_ns, req, &chg);
@@ -747,6 +766,8 @@ void server_submit(struct server *s, struct request *list)
             now_tail = &r->next;
             continue;
         }
+        if (!request_is_admin(r->op))
+            ++*queued(s, r);
         if (s->pending_tail != NULL)
             s->pending_tail->next = r;
         else

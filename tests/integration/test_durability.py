@@ -138,6 +138,33 @@ def test_calls_arriving_during_a_commit_share_the_next():
         assert max(sizes) >= 10, sizes
 
 
+def test_a_renewal_does_not_overtake_its_holders_waiting_release():
+    """The calls of one session are decided in the order they arrived. A
+    release that waits behind a slow commit (the database locked from
+    outside) ends the lease before a renewal that arrives after it is
+    decided: the renewal is refused, never an OK for a lease the release
+    then ends (a holder that gave up waiting for its release may renew)."""
+    with harness.Leased() as d:
+        c = d.client()
+        lease = c.acquire("s", "A")
+        with harness.WriteLock(d.db_path):
+            other = Timed(c.acquire, "t", "B")  # its commit waits
+            time.sleep(0.3)
+            release = Timed(c.release, lease)  # waits for the next batch
+            time.sleep(0.3)
+            renewal = Timed(c.renew, lease)
+            time.sleep(0.3)
+            early = [t.code for t in (other, release, renewal)
+                     if not t.is_alive()]
+        for t in (other, release, renewal):
+            t.join(10)
+        assert early == [], early
+        assert other.code == OK, other.code
+        assert release.code == OK, release.code
+        assert renewal.code == HELD, renewal.code
+        assert c.acquire("s", "C").token > lease.token
+
+
 class FaultySyncs:
     """strace attached to every thread of the daemon, injecting into each
     of its fsync and fdatasync calls from now on (strace's inject= syntax,
