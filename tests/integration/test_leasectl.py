@@ -425,7 +425,7 @@ def test_hold_runs_the_command_with_the_lease_and_releases():
         p = hold(d, "h1", "--owner", "holder", "--", "sh", "-c",
                  'echo "$LEASE_SESSION $LEASE_OWNER $LEASE_TOKEN" > %s; '
                  'sleep 1.5; exit 7' % out)
-        time.sleep(0.5)
+        d.wait_file(out)  # the command runs: the lease is held
         assert ctl(d, "acquire", "h1", "--owner", "other")[0] == HELD
         assert ctl(d, "hold", "h1", "--", "true")[0] == HELD  # no --wait
         assert p.wait(timeout=20) == 7  # the command's status
@@ -495,8 +495,8 @@ def test_hold_stops_the_command_when_the_lease_is_lost():
         assert ctl_json(d, "get", "h3")["owner"] == "b"
 
 
-# A command that notes when it is told to stop (CLOCK_MONOTONIC, shared
-# with the test), then dies of that SIGTERM.
+# A command that says it runs (a file, argv[2]), notes when it is told to
+# stop (CLOCK_MONOTONIC, shared with the test), then dies of that SIGTERM.
 STOPPED_AT = """
 import os, signal, sys, time
 def stop(*_):
@@ -505,6 +505,7 @@ def stop(*_):
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
 signal.signal(signal.SIGTERM, stop)
+open(sys.argv[2], "w").close()
 while True:
     time.sleep(60)
 """
@@ -513,9 +514,11 @@ while True:
 def test_hold_stops_the_command_when_the_service_stays_away():
     with Leased(ttl="2s") as d, tempfile.TemporaryDirectory() as tmp:
         stopped = os.path.join(tmp, "stopped")
+        ready = os.path.join(tmp, "ready")
         time.sleep(2.1)
         p = hold(d, "h5", "--owner", "a", "--grace", "1s", "--",
-                 "/usr/bin/python3", "-c", STOPPED_AT, stopped)
+                 "/usr/bin/python3", "-c", STOPPED_AT, stopped, ready)
+        d.wait_file(ready)  # the lease is held (however slow the machine)
         time.sleep(0.5)
         d.stop()  # and it does not come back
         start = time.monotonic()
@@ -540,8 +543,11 @@ def test_hold_survives_a_daemon_restart():
         d = Leased(ttl="5s", listen=addr,
                    data_dir=os.path.join(tmp, "data"))
         with d:
-            p = hold(d, "h4", "--owner", "a", "--", "sleep", "5")
-            time.sleep(0.8)
+            started = os.path.join(tmp, "started")
+            p = hold(d, "h4", "--owner", "a", "--", "sh", "-c",
+                     'touch "$1"; exec sleep 5', "sh", started)
+            d.wait_file(started)  # the lease is held
+            time.sleep(0.3)
             assert d.stop() == 0
             time.sleep(0.5)  # renewals fail meanwhile (unavailable)
             d.start()
@@ -715,7 +721,14 @@ def test_hold_passes_signals_on_to_the_command():
                      NOTES_SIGNAL, noted, ready)
             d.wait_file(ready)
             p.send_signal(sig)
-            assert p.wait(timeout=15) == 42, p.stderr.read()
+            try:
+                rc = p.wait(timeout=45)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                # Which half hung: passing the signal on, or the release?
+                raise AssertionError((sig.name, os.path.exists(noted),
+                                      p.communicate()[1]))
+            assert rc == 42, p.stderr.read()
             with open(noted) as f:
                 assert f.read() == sig.name
             # Not lost: released on the way out.
