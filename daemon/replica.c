@@ -9,7 +9,10 @@
  * next connection free takes all of them (up to MAX_BATCH) in one round trip:
  * one transaction per batch, group commit over the network. With two
  * connections, one batch is sent while the other commits, and the
- * database flushes its log for both at once. A reply leaves only once its
+ * database flushes its log for both at once. The calls of one session
+ * are decided in the order they arrived: a call whose session is in a
+ * batch in flight waits for that batch (which may still wait for a row
+ * lock: a holder's renewal would overtake its release). A reply leaves only once its
  * batch's COMMIT returned, so an OK is as durable as the database makes a
  * commit (with a synchronous standby: on two hosts). Batches in flight at
  * once hold only calls that were in flight at once, and the database
@@ -51,6 +54,7 @@
 #include "metrics.h"
 #include "postgres.h"
 #include "rules.h"
+#include "siphash.h"
 
 #define MAX_BATCH 1024
 #define TICK_MS 100
@@ -60,6 +64,7 @@
 #define COLLECT_MIN_MS 1000
 #define COLLECT_MAX_MS 30000
 #define CLOCK_STEP_NS INT64_C(1000000000)
+#define INFLIGHT_SLOTS 16384 /* counters of the lease calls in flight */
 
 enum job {
     JOB_NONE,
@@ -112,6 +117,11 @@ struct replica {
     void *reply_arg;
 
     struct queue leases, admins;
+    /* The lease calls in the batches in flight, counted by their
+     * session's hash (two sessions may share a counter: then a call
+     * waits when it need not). */
+    struct siphash_key hash_key;
+    uint32_t inflight[INFLIGHT_SLOTS];
     struct slot slots[REPLICA_MAX_CONNECTIONS];
     size_t nslots;
     bool serving; /* some slot is connected */
@@ -149,6 +159,13 @@ static struct request *pop(struct queue *q)
         r->next = NULL;
     }
     return r;
+}
+
+/* The counter of req's session in r->inflight. */
+static uint32_t *inflight(struct replica *r, const struct request *req)
+{
+    uint64_t h = siphash24(&r->hash_key, req->session, req->session_len);
+    return &r->inflight[h % INFLIGHT_SLOTS];
 }
 
 static int64_t mono_ms(void)
@@ -342,6 +359,8 @@ static void batch_done(struct slot *sl)
     for (struct request *req = list, *next; req != NULL; req = next, i++) {
         next = req->next;
         req->next = NULL;
+        assert(*inflight(r, req) > 0);
+        --*inflight(r, req);
         const struct pgstore_call *c = &sl->calls[i];
         req->reason[0] = '\0';
         req->needs_sync = false;
@@ -504,46 +523,81 @@ static void refuse_all(struct replica *r)
     }
 }
 
+/* Takes the lease calls waiting (up to MAX_BATCH) into a batch for sl,
+ * but for those whose session is in a batch in flight: they wait, in
+ * order, in front of the queue (the counters change only once the batch
+ * is made, so a session's calls all go, or all wait). Returns false when
+ * the batch is empty. */
+static bool take_batch(struct replica *r, struct slot *sl)
+{
+    struct queue wait = {NULL, NULL};
+    struct request **tail = &sl->batch;
+    sl->batch = NULL;
+    sl->ncalls = 0;
+    while (sl->ncalls < MAX_BATCH && r->leases.head != NULL) {
+        struct request *req = pop(&r->leases);
+        if (*inflight(r, req) > 0) {
+            push(&wait, req);
+            continue;
+        }
+        sl->calls[sl->ncalls++] = (struct pgstore_call){
+            .op = rules_op_of(req->op),
+            .session = req->session,
+            .session_len = req->session_len,
+            .owner = req->owner,
+            .owner_len = req->owner_len,
+            .token = req->token,
+        };
+        *tail = req;
+        tail = &req->next;
+    }
+    if (wait.head != NULL) {
+        wait.tail->next = r->leases.head;
+        if (r->leases.head == NULL)
+            r->leases.tail = wait.tail;
+        r->leases.head = wait.head;
+    }
+    for (struct request *req = sl->batch; req != NULL; req = req->next)
+        ++*inflight(r, req);
+    return sl->ncalls > 0;
+}
+
+/* Starts the first admin call waiting on sl. */
+static void give_admin(struct replica *r, struct slot *sl)
+{
+    struct request *req = pop(&r->admins);
+    r->admin_turn = false;
+    req->status = REPLY_OK;
+    req->reason[0] = '\0';
+    req->admin = admin_result_new(req->op == OP_GET    ? 1
+                                  : req->op == OP_LIST ? req->page_size
+                                                       : 0);
+    if (req->admin == NULL) {
+        unavailable(req, "out of memory");
+        r->reply(r->reply_arg, req);
+        return;
+    }
+    sl->admin = req;
+    start(sl, JOB_ADMIN);
+}
+
 /* Gives connected slot sl, idle, the next work: an admin call (its turn,
- * or nothing else to do), a batch, or a due collection. Returns false
+ * or no lease call can go), a batch, or a due collection. Returns false
  * when there is none. */
 static bool give_work(struct replica *r, struct slot *sl)
 {
-    if (r->admins.head != NULL && (r->admin_turn || r->leases.head == NULL)) {
-        struct request *req = pop(&r->admins);
-        r->admin_turn = false;
-        req->status = REPLY_OK;
-        req->reason[0] = '\0';
-        req->admin = admin_result_new(req->op == OP_GET    ? 1
-                                      : req->op == OP_LIST ? req->page_size
-                                                           : 0);
-        if (req->admin == NULL) {
-            unavailable(req, "out of memory");
-            r->reply(r->reply_arg, req);
-            return true;
-        }
-        sl->admin = req;
-        start(sl, JOB_ADMIN);
+    bool admin = r->admins.head != NULL;
+    if (admin && (r->admin_turn || r->leases.head == NULL)) {
+        give_admin(r, sl);
         return true;
     }
-    if (r->leases.head != NULL) {
-        struct request **tail = &sl->batch;
-        sl->ncalls = 0;
-        while (sl->ncalls < MAX_BATCH && r->leases.head != NULL) {
-            struct request *req = pop(&r->leases);
-            sl->calls[sl->ncalls++] = (struct pgstore_call){
-                .op = rules_op_of(req->op),
-                .session = req->session,
-                .session_len = req->session_len,
-                .owner = req->owner,
-                .owner_len = req->owner_len,
-                .token = req->token,
-            };
-            *tail = req;
-            tail = &req->next;
-        }
+    if (take_batch(r, sl)) {
         r->admin_turn = true;
         start(sl, JOB_BATCH);
+        return true;
+    }
+    if (admin) {
+        give_admin(r, sl);
         return true;
     }
     if (!r->collecting && mono_ms() >= r->next_collect_ms) {
@@ -631,6 +685,7 @@ struct replica *replica_create(uv_loop_t *loop, struct pgstore *const *dbs,
     r->loop = loop;
     r->ttl_ns = ttl_ns;
     r->nslots = n;
+    siphash_random_key(&r->hash_key);
     for (size_t i = 0; i < n; i++) {
         struct slot *sl = &r->slots[i];
         sl->r = r;

@@ -7,10 +7,12 @@ Each case starts its own PostgreSQL (tests/integration/pg.py) when it
 stops or restarts it; the others share one server per test process
 (harness.shared_postgres()), each with a database of its own.
 """
+import concurrent.futures
 import contextlib
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -202,6 +204,45 @@ def test_a_call_waiting_for_a_busy_connection_is_answered():
             assert (got.owner, got.token) == ("owner", 1), got
         assert metric(d, "leased_queue_depth") == 0
         assert metric(d, "leased_pg_batch_calls_count") == 3
+
+
+def test_a_call_waits_for_a_batch_in_flight_with_its_session():
+    """The calls of one session are decided in the order they arrived,
+    whichever connection is free: a holder's renewal that arrives while
+    its release is in flight on one connection, stalled, does not go
+    ahead on the other (its OK would promise a lease the release then
+    ends: the holder may have given up on the release). It waits for the
+    release and is refused."""
+    server = harness.shared_postgres()
+    name, conninfo = new_database()
+    with Leased(ttl="30s", postgres=conninfo,
+                args=["--postgres-connections", "2",
+                      "--postgres-timeout", "10s"]) as d:
+        c = d.client()
+        lease = c.acquire("s", "A")
+        # The connections in the order leased made them: the first one
+        # free takes the next batch, and both are free now.
+        pids = [int(p) for p in server.psql(
+            "SELECT pid FROM pg_stat_activity WHERE datname = '%s' AND "
+            "application_name = 'leased' ORDER BY backend_start"
+            % name).split()]
+        assert len(pids) == 2, pids
+        pool = concurrent.futures.ThreadPoolExecutor(2)
+        os.kill(pids[0], signal.SIGSTOP)
+        try:
+            release = pool.submit(status_of, c.release, lease)
+            time.sleep(0.3)
+            assert not release.done()  # stalled on the first connection
+            renewal = pool.submit(status_of, c.renew, lease)
+            time.sleep(0.5)
+            early = renewal.done() and renewal.result()
+        finally:
+            os.kill(pids[0], signal.SIGCONT)
+        assert early is False, early
+        assert release.result(timeout=10) == OK
+        assert renewal.result(timeout=10) == HELD
+        assert c.acquire("s", "B").token == lease.token + 1
+        pool.shutdown()
 
 
 def test_renewals_are_decided_and_stored_by_the_database():
