@@ -503,56 +503,90 @@ def test_other_ttl_and_newer_schema_are_refused():
                        "key = 'schema_version'", dbname=name) == "99"
 
 
-def upgraded_keeping_leases(version, make_old):
-    """Starts a replica on a schema turned back to `version` by
-    make_old(dbname), and checks that it upgrades it, leases kept."""
+SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                          "pg_schema")
+
+
+def functions(name):
+    """The leased_ functions of database name: {signature: md5 of its
+    definition}."""
+    rows = harness.shared_postgres().psql(
+        "SELECT p.oid::regprocedure, md5(pg_get_functiondef(p.oid)) "
+        "FROM pg_proc p WHERE proname LIKE 'leased\\_%'", dbname=name)
+    return dict(line.split("|") for line in rows.splitlines())
+
+
+def old_database(version, ttl_ns):
+    """A new database as leased of schema `version` made it
+    (pg_schema/vN.sql), for a TTL of ttl_ns, holding one live lease,
+    ("kept", "alice", token 7): (its name, its conninfo)."""
     server = harness.shared_postgres()
     name, conninfo = new_database()
-    with Leased(ttl="20s", postgres=conninfo) as d:
-        held = d.client().acquire("kept", "alice")
-    server.psql("UPDATE leased_meta SET value = %d "
-                "WHERE key = 'schema_version'" % version, dbname=name)
-    make_old(name)
+    with open(os.path.join(SCHEMA_DIR, "v%d.sql" % version)) as f:
+        server.psql(f.read(), dbname=name)
+    server.psql(
+        "INSERT INTO leased_meta VALUES ('schema_version', %d), "
+        "('ttl_ns', %d), ('token_floor', 0), ('generation', 0), "
+        "('quarantine_end_ns', 0), ('primary_started_us', "
+        "(extract(epoch FROM pg_postmaster_start_time()) * 1000000)"
+        "::bigint);"
+        "INSERT INTO leased_leases VALUES ('kept', 'alice', 7, "
+        "leased_now() + %d, 0)" % (version, ttl_ns, ttl_ns), dbname=name)
+    return name, conninfo
+
+
+def upgraded_keeping_leases(version):
+    """Starts a replica on a database of schema `version`: it upgrades
+    it to this version's functions, the lease kept. Returns the
+    database's name."""
+    server = harness.shared_postgres()
+    fresh, fresh_conninfo = new_database()
+    with Leased(ttl="20s", postgres=fresh_conninfo):
+        pass
+    name, conninfo = old_database(version, 20 * 10**9)
+    old = functions(name)
     with Leased(ttl="20s", postgres=conninfo) as d:
         c = d.client()
+        held = harness.pb.Lease(session_id="kept", owner="alice", token=7)
         expect_code(HELD, c.acquire, "kept", "bob")
-        assert c.renew(held).token == held.token
-        assert c.renew(held).token == held.token
+        assert c.renew(held).token == 7
+        assert c.acquire("kept", "alice").token == 7
         expect_code(HELD, c.renew, harness.pb.Lease(
-            session_id="kept", owner="alice", token=held.token + 1))
-        assert c.acquire("new", "bob").token >= 1
+            session_id="kept", owner="alice", token=8))
+        assert c.acquire("new", "bob").token == 1
     assert server.psql("SELECT value FROM leased_meta WHERE "
                        "key = 'schema_version'", dbname=name) == SCHEMA_VERSION
+    # Every function a new database has, the upgraded one has, the same;
+    # at least one of them changed.
+    now, want = functions(name), functions(fresh)
+    assert {f: now.get(f) for f in want} == want, (now, want)
+    assert any(old.get(f) != md5 for f, md5 in want.items()), old
+    return name
+
+
+def test_every_older_schema_version_has_its_fixture():
+    have = sorted(os.listdir(SCHEMA_DIR))
+    assert have == ["v%d.sql" % v for v in range(1, int(SCHEMA_VERSION))], \
+        have
 
 
 def test_schema_of_version_1_is_upgraded_keeping_its_leases():
-    server = harness.shared_postgres()
-    # What version 1 had: no batch function (its per-call ones do not
-    # matter to this version).
-    upgraded_keeping_leases(1, lambda name: server.psql(
-        "DROP FUNCTION leased_decide", dbname=name))
-
-
-def stand_in_decide(name, version):
-    """Puts a leased_decide that decides nothing in database name: an
-    upgrade from version must replace it."""
-    harness.shared_postgres().psql(
-        "CREATE OR REPLACE FUNCTION leased_decide(op int[], s bytea[], "
-        "o bytea[], t bigint[], ttl bigint, OUT code int, OUT tok bigint, "
-        "OUT exp bigint, OUT flags int, OUT now_ns bigint) "
-        "RETURNS SETOF record LANGUAGE plpgsql AS "
-        "$$ BEGIN RAISE EXCEPTION 'version %d'; END $$" % version,
-        dbname=name)
+    name = upgraded_keeping_leases(1)
+    # Version 1's functions, one call each, stay for its replicas still
+    # running during the upgrade, and decide as before.
+    got = harness.shared_postgres().psql(
+        "SELECT code, tok FROM leased_acquire('kept', 'alice', %d);"
+        "SELECT code FROM leased_acquire('kept', 'carol', %d)"
+        % (20 * 10**9, 20 * 10**9), dbname=name)
+    assert got.splitlines() == ["0|7", "1"], got
 
 
 def test_schema_of_version_2_is_upgraded_keeping_its_leases():
-    # Version 2's leased_decide had no short path for renewals.
-    upgraded_keeping_leases(2, lambda name: stand_in_decide(name, 2))
+    upgraded_keeping_leases(2)
 
 
 def test_schema_of_version_3_is_upgraded_keeping_its_leases():
-    # Version 3's made one UPDATE of each renewal.
-    upgraded_keeping_leases(3, lambda name: stand_in_decide(name, 3))
+    upgraded_keeping_leases(3)
 
 
 # --- 4. Bad configuration ------------------------------------------------
