@@ -12,13 +12,13 @@
  * database flushes its log for both at once. The calls of one session
  * are decided in the order they arrived: a call whose session is in a
  * batch in flight waits for that batch (which may still wait for a row
- * lock: a holder's renewal would overtake its release). A reply leaves only once its
- * batch's COMMIT returned, so an OK is as durable as the database makes a
- * commit (with a synchronous standby: on two hosts). Batches in flight at
- * once hold only calls that were in flight at once, and the database
- * locks rows in session order in each, so they never deadlock. Admin
- * calls take turns with the batches, one per round trip, so that neither
- * starves the other.
+ * lock: a holder's renewal would overtake its release). A reply leaves
+ * only once its batch's COMMIT returned, so an OK is as durable as the
+ * database makes a commit (with a synchronous standby: on two hosts).
+ * Batches in flight at once hold only calls that were in flight at once,
+ * and the database locks rows in session order in each, so they never
+ * deadlock. Admin calls take turns with the batches, one per round trip,
+ * so that neither starves the other.
  *
  * A slot's database connection is the worker's while its job is in flight
  * (`job` != JOB_NONE), and nobody's otherwise: the loop only looks at

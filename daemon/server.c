@@ -16,12 +16,13 @@
  * in `pending` while a commit is in flight. The calls of one session are
  * decided in the order they arrived: a renewal must not overtake its
  * holder's release that waits (the holder may have given up on it), or
- * the renewal's OK would promise a lease the release ends soon after. When none is, everything pending (up to MAX_BATCH) becomes one
- * batch: the engine decides each request in arrival order at one `now`.
- * A request whose session one of the batch's changes touched depends on
- * the batch's commit and waits for it; the others are answered at once.
- * The changes go to the store in one transaction on a worker thread
- * (group commit).
+ * the renewal's OK would promise a lease the release ends soon after.
+ * When no commit is in flight, everything pending (up to MAX_BATCH)
+ * becomes one batch: the engine decides each request in arrival order at
+ * one `now`. A request whose session one of the batch's changes touched
+ * depends on the batch's commit and waits for it; the others are answered
+ * at once. The changes go to the store in one transaction on a worker
+ * thread (group commit).
  *
  * An answer decided from a change of owner must not go out before that
  * change is on disk, and must fail if it never gets there (promise 7):
