@@ -350,13 +350,15 @@ def test_man_page_covers_every_command_and_option():
 
 
 def test_wait_until_free():
-    with Leased(ttl="600ms") as d:
-        time.sleep(0.7)
+    # A TTL that outlasts two leasectl runs on a loaded machine.
+    with Leased(ttl="2s") as d:
+        time.sleep(2.1)  # past the restart quarantine
         ctl_json(d, "acquire", "w", "--owner", "alice")
         assert ctl(d, "acquire", "w", "--owner", "bob")[0] == HELD
         start = time.monotonic()
-        b = ctl_json(d, "acquire", "w", "--owner", "bob", "--wait", "5s")
-        assert b["token"] == 2 and time.monotonic() - start < 3
+        b = ctl_json(d, "acquire", "w", "--owner", "bob", "--wait", "20s")
+        # Soon after alice's lease ran out, not at the end of --wait.
+        assert b["token"] == 2 and time.monotonic() - start < 10
 
 
 def test_tls_and_token_file():
@@ -460,18 +462,20 @@ def test_hold_default_owner_is_unique_and_renew_inside_acts_as_holder():
 
 
 def test_hold_keeps_renewing_and_a_second_holder_waits():
-    with Leased(ttl="600ms") as d:
-        time.sleep(0.7)
-        first = hold(d, "h2", "--owner", "a", "--", "sleep", "2")
-        time.sleep(0.3)
+    with Leased(ttl="1s") as d:
+        time.sleep(1.1)  # past the restart quarantine
+        started = os.path.join(d.data_dir, "started")
+        first = hold(d, "h2", "--owner", "a", "--", "sh", "-c",
+                     'touch "$1"; exec sleep 3', "sh", started)
+        d.wait_file(started)  # a holds it
         start = time.monotonic()
-        rc, _, err = ctl(d, "hold", "h2", "--owner", "b", "--wait", "10s",
+        rc, _, err = ctl(d, "hold", "h2", "--owner", "b", "--wait", "15s",
                          "--", "true")
         took = time.monotonic() - start
-        assert first.wait(timeout=10) == 0
-        # It held on for ~2 s across several TTLs (renewals worked), then
+        assert first.wait(timeout=15) == 0, first.stderr.read()
+        # It held on for ~3 s across several TTLs (renewals worked), then
         # the second holder ran.
-        assert rc == 0 and took > 1.2, (rc, took, err)
+        assert rc == 0 and took > 2.0, (rc, took, err)
 
 
 def test_hold_stops_the_command_when_the_lease_is_lost():
