@@ -440,10 +440,12 @@ def test_kill9_mid_load_keeps_acknowledged_state():
         c = d.client()
         for s in sorted(live):
             expect_code(HELD, c.acquire, s, "intruder")
+        renewed = {}  # session -> the expiry its renewal gave
         for s, l in sorted(live.items()):
             got = c.renew(l)
             assert got.token == l.token and got.owner == l.owner
             assert ns(got.expiry) > ns(l.expiry)
+            renewed[s] = ns(got.expiry)
         # Acknowledged releases are free at once (no quarantine).
         for s in sorted(released)[:5]:
             got = c.acquire(s, "after-crash")
@@ -451,6 +453,7 @@ def test_kill9_mid_load_keeps_acknowledged_state():
             acked[s] = got.token
             c.release(got)
         assert d.stop() == 0, d.log_text()
+        stopped_ns = now_ns()
 
         rows, floor = read_db(d.db_path)
         for s, t in acked.items():
@@ -459,6 +462,11 @@ def test_kill9_mid_load_keeps_acknowledged_state():
             else:
                 assert floor >= t, (s, floor, t)
         for s, l in live.items():
+            # Garbage collection takes a row a TTL after its expiry: on a
+            # slow machine that may come before the stop.
+            if s not in rows and stopped_ns > renewed[s] + ttl_s * 1e9:
+                assert floor >= l.token, (s, floor, l.token)
+                continue
             assert rows[s][:2] == (l.owner, l.token), (s, rows.get(s))
         for s in released:
             assert s not in rows or rows[s][0] == "", (s, rows[s])
@@ -573,15 +581,17 @@ def test_quarantine_owner_renews_after_restart():
 def test_quarantine_ends_after_ttl():
     """Without a renewal, the other owner gets the lease after start +
     TTL, with a greater token."""
-    with harness.Leased(ttl="1s") as d:
+    # A TTL long enough for a restart under a sanitizer on a loaded
+    # machine to see the quarantine before it ends.
+    with harness.Leased(ttl="3s") as d:
         held = _crash_after_expiry(d, d.client())
         before = time.monotonic()
         d.start()
         after = time.monotonic()  # the engine started in between
         c = d.client()
         expect_code(HELD, c.acquire, "q", "bob")
-        assert time.monotonic() - before < 0.9, "too slow to see quarantine"
-        time.sleep(max(0.0, after + 1.0 + 0.2 - time.monotonic()))
+        assert time.monotonic() - before < 2.9, "too slow to see quarantine"
+        time.sleep(max(0.0, after + 3.0 + 0.2 - time.monotonic()))
         got = c.acquire("q", "bob")
         assert got.token > held.token, (got.token, held.token)
         expect_code(HELD, c.renew, held)
