@@ -144,7 +144,7 @@ def test_a_renewal_does_not_overtake_its_holders_waiting_release():
     outside) ends the lease before a renewal that arrives after it is
     decided: the renewal is refused, never an OK for a lease the release
     then ends (a holder that gave up waiting for its release may renew)."""
-    with harness.Leased() as d:
+    with harness.Leased(ttl="5s") as d:  # live throughout, however slow
         c = d.client()
         lease = c.acquire("s", "A")
         with harness.WriteLock(d.db_path):
