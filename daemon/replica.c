@@ -161,11 +161,12 @@ static struct request *pop(struct queue *q)
     return r;
 }
 
-/* The counter of req's session in r->inflight. */
-static uint32_t *inflight(struct replica *r, const struct request *req)
+/* The index of req's session's counter in r->inflight. */
+static uint32_t inflight_slot(const struct replica *r,
+                              const struct request *req)
 {
     uint64_t h = siphash24(&r->hash_key, req->session, req->session_len);
-    return &r->inflight[h % INFLIGHT_SLOTS];
+    return (uint32_t)(h % INFLIGHT_SLOTS);
 }
 
 static int64_t mono_ms(void)
@@ -359,8 +360,8 @@ static void batch_done(struct slot *sl)
     for (struct request *req = list, *next; req != NULL; req = next, i++) {
         next = req->next;
         req->next = NULL;
-        assert(*inflight(r, req) > 0);
-        --*inflight(r, req);
+        assert(r->inflight[req->order_slot] > 0);
+        r->inflight[req->order_slot]--;
         const struct pgstore_call *c = &sl->calls[i];
         req->reason[0] = '\0';
         req->needs_sync = false;
@@ -536,7 +537,7 @@ static bool take_batch(struct replica *r, struct slot *sl)
     sl->ncalls = 0;
     while (sl->ncalls < MAX_BATCH && r->leases.head != NULL) {
         struct request *req = pop(&r->leases);
-        if (*inflight(r, req) > 0) {
+        if (r->inflight[req->order_slot] > 0) {
             push(&wait, req);
             continue;
         }
@@ -558,7 +559,7 @@ static bool take_batch(struct replica *r, struct slot *sl)
         r->leases.head = wait.head;
     }
     for (struct request *req = sl->batch; req != NULL; req = req->next)
-        ++*inflight(r, req);
+        r->inflight[req->order_slot]++;
     return sl->ncalls > 0;
 }
 
@@ -647,7 +648,12 @@ void replica_submit(struct replica *r, struct request *list)
     assert(!r->closing);
     for (struct request *req = list, *next; req != NULL; req = next) {
         next = req->next;
-        push(request_is_admin(req->op) ? &r->admins : &r->leases, req);
+        if (request_is_admin(req->op)) {
+            push(&r->admins, req);
+        } else {
+            req->order_slot = inflight_slot(r, req);
+            push(&r->leases, req);
+        }
     }
     process(r);
 }

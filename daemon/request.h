@@ -97,6 +97,9 @@ struct request {
     enum reply_status status;
     bool needs_sync; /* changed ownership: answer only once on disk */
     uint64_t commit_seq; /* the loop's: which commit it waits to be synced */
+    /* The loop's, for a lease call it queues: its session's counter of
+     * the calls ahead (server.c, replica.c), hashed once. */
+    uint32_t order_slot;
     char reason[128]; /* status_details when not OK; may be empty */
     uint64_t grant_token;
     enum request_change change;

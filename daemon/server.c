@@ -637,11 +637,11 @@ static void maybe_list(struct server *s)
     uv_queue_work(s->loop, &s->list_work, run_list, list_done);
 }
 
-/* The counter of req's session in s->queued. */
-static uint32_t *queued(struct server *s, const struct request *req)
+/* The index of req's session's counter in s->queued. */
+static uint32_t queued_slot(const struct server *s, const struct request *req)
 {
     uint64_t h = engine_hash(s->engine, req->session, req->session_len);
-    return &s->queued[h % QUEUED_SLOTS];
+    return (uint32_t)(h % QUEUED_SLOTS);
 }
 
 /* Takes the admin calls out of pending and answers them: Get and Stats
@@ -711,8 +711,8 @@ static void process(struct server *s)
             struct request *r = s->pending;
             s->pending = r->next;
             r->next = NULL;
-            assert(*queued(s, r) > 0);
-            --*queued(s, r);
+            assert(s->queued[r->order_slot] > 0);
+            s->queued[r->order_slot]--;
             if (decide(s, now_ns, r, &s->chgs[s->nchgs])) {
                 *tail = r;
                 tail = &r->next;
@@ -745,7 +745,7 @@ static bool renew_at_once(struct server *s, int64_t now_ns,
     if (req->op != OP_RENEW ||
         engine_stamp_of(s->engine, req->session, req->session_len) >
             s->committed_seq ||
-        (s->pending != NULL && *queued(s, req) > 0))
+        (s->pending != NULL && s->queued[queued_slot(s, req)] > 0))
         return false;
     struct engine_change chg;
     bool in_batch = decide(s, now_ns, req, &chg);
@@ -767,8 +767,10 @@ void server_submit(struct server *s, struct request *list)
             now_tail = &r->next;
             continue;
         }
-        if (!request_is_admin(r->op))
-            ++*queued(s, r);
+        if (!request_is_admin(r->op)) {
+            r->order_slot = queued_slot(s, r);
+            s->queued[r->order_slot]++;
+        }
         if (s->pending_tail != NULL)
             s->pending_tail->next = r;
         else
