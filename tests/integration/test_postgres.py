@@ -227,22 +227,21 @@ def test_a_call_waits_for_a_batch_in_flight_with_its_session():
             "application_name = 'leased' ORDER BY backend_start"
             % name).split()]
         assert len(pids) == 2, pids
-        pool = concurrent.futures.ThreadPoolExecutor(2)
-        os.kill(pids[0], signal.SIGSTOP)
-        try:
-            release = pool.submit(status_of, c.release, lease)
-            time.sleep(0.3)
-            assert not release.done()  # stalled on the first connection
-            renewal = pool.submit(status_of, c.renew, lease)
-            time.sleep(0.5)
-            early = renewal.done() and renewal.result()
-        finally:
-            os.kill(pids[0], signal.SIGCONT)
-        assert early is False, early
-        assert release.result(timeout=10) == OK
-        assert renewal.result(timeout=10) == HELD
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            os.kill(pids[0], signal.SIGSTOP)
+            try:
+                release = pool.submit(status_of, c.release, lease)
+                time.sleep(0.3)
+                assert not release.done()  # stalled on the first connection
+                renewal = pool.submit(status_of, c.renew, lease)
+                time.sleep(0.5)
+                early = renewal.done() and renewal.result()
+            finally:
+                os.kill(pids[0], signal.SIGCONT)
+            assert early is False, early
+            assert release.result(timeout=10) == OK
+            assert renewal.result(timeout=10) == HELD
         assert c.acquire("s", "B").token == lease.token + 1
-        pool.shutdown()
 
 
 def test_renewals_are_decided_and_stored_by_the_database():
@@ -505,6 +504,7 @@ def test_other_ttl_and_newer_schema_are_refused():
 
 SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                           "pg_schema")
+UPGRADE_TTL, UPGRADE_TTL_NS = "20s", 20 * 10**9  # the upgrade tests'
 
 
 def functions(name):
@@ -516,9 +516,9 @@ def functions(name):
     return dict(line.split("|") for line in rows.splitlines())
 
 
-def old_database(version, ttl_ns):
+def old_database(version):
     """A new database as leased of schema `version` made it
-    (pg_schema/vN.sql), for a TTL of ttl_ns, holding one live lease,
+    (pg_schema/vN.sql), for UPGRADE_TTL, holding one live lease,
     ("kept", "alice", token 7): (its name, its conninfo)."""
     server = harness.shared_postgres()
     name, conninfo = new_database()
@@ -531,7 +531,8 @@ def old_database(version, ttl_ns):
         "(extract(epoch FROM pg_postmaster_start_time()) * 1000000)"
         "::bigint);"
         "INSERT INTO leased_leases VALUES ('kept', 'alice', 7, "
-        "leased_now() + %d, 0)" % (version, ttl_ns, ttl_ns), dbname=name)
+        "leased_now() + %d, 0)" % (version, UPGRADE_TTL_NS, UPGRADE_TTL_NS),
+        dbname=name)
     return name, conninfo
 
 
@@ -541,11 +542,11 @@ def upgraded_keeping_leases(version):
     database's name."""
     server = harness.shared_postgres()
     fresh, fresh_conninfo = new_database()
-    with Leased(ttl="20s", postgres=fresh_conninfo):
+    with Leased(ttl=UPGRADE_TTL, postgres=fresh_conninfo):
         pass
-    name, conninfo = old_database(version, 20 * 10**9)
+    name, conninfo = old_database(version)
     old = functions(name)
-    with Leased(ttl="20s", postgres=conninfo) as d:
+    with Leased(ttl=UPGRADE_TTL, postgres=conninfo) as d:
         c = d.client()
         held = harness.pb.Lease(session_id="kept", owner="alice", token=7)
         expect_code(HELD, c.acquire, "kept", "bob")
@@ -577,7 +578,7 @@ def test_schema_of_version_1_is_upgraded_keeping_its_leases():
     got = harness.shared_postgres().psql(
         "SELECT code, tok FROM leased_acquire('kept', 'alice', %d);"
         "SELECT code FROM leased_acquire('kept', 'carol', %d)"
-        % (20 * 10**9, 20 * 10**9), dbname=name)
+        % (UPGRADE_TTL_NS, UPGRADE_TTL_NS), dbname=name)
     assert got.splitlines() == ["0|7", "1"], got
 
 
