@@ -1097,9 +1097,11 @@ def test_disk_full_unavailable_then_recovers():
         calls = [lambda: status_of(c.acquire, "s", "alice"),
                  lambda: status_of(c.renew, held),
                  lambda: status_of(c.release, freed)]
+        # For 2.5 s: long enough for a second log line, whatever the
+        # machine's speed (the count is only a bound).
         codes = []
         end = time.monotonic() + 2.5
-        while time.monotonic() < end and len(codes) < 3000:
+        while time.monotonic() < end and len(codes) < 60000:
             codes.extend(run_threads(calls))
         assert d.proc.poll() is None, "leased died"
         renewals = codes[1::3]
