@@ -594,7 +594,7 @@ def test_hold_renewals_are_jittered_per_process():
     their intervals differ. Had the keeper drawn its jitter unseeded (as
     rand() is), both would draw the same parts and renew in step; the
     intervals would then differ only by the noise of the calls (a few ms
-    each), not by an eighth of the tenth on average."""
+    each), not by a third of the tenth on average."""
     ttl = 2.0
     with Leased(ttl="2s") as d:
         holds = [hold(d, s, "--owner", s, "--", "sleep", "30")
@@ -614,7 +614,8 @@ def test_hold_renewals_are_jittered_per_process():
             # The keeper's policy: renewals a third of the TTL apart less
             # up to a tenth. One interval also carries the difference of
             # two calls' delays (a tenth of a second and more under a
-            # sanitizer), their mean only a tenth of the first and last.
+            # sanitizer); the mean of ten only a tenth of the difference
+            # between the first call's and the last's.
             mean = sum(intervals) / len(intervals)
             assert ttl / 3 - ttl / 10 - 0.1 < mean < ttl / 3 + 0.1, (s, got)
         apart = sum(abs(a - b) for a, b in zip(got["j1"], got["j2"]))
