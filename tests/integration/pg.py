@@ -149,11 +149,13 @@ class Postgres:
         kv.update(extra)
         return " ".join(_kv(k, v) for k, v in kv.items())
 
-    def start(self, timeout=30):
+    def start(self, timeout=30, port_tries=3, _first=None):
         """initdb (first time only), start, and wait until it accepts
-        connections."""
+        connections. On its first start only, a port another process took
+        since it was chosen free is given up for another one."""
         assert self.proc is None, f"{self.name} is running"
         fresh = not os.path.exists(os.path.join(self.data, "PG_VERSION"))
+        first = fresh if _first is None else _first
         if fresh:
             # --no-locale: initdb fails when LANG names a locale the
             # machine has not generated.
@@ -188,6 +190,8 @@ class Postgres:
                    "FAKETIME_DONT_RESET=1",
                    "FAKETIME_DONT_FAKE_MONOTONIC=1",
                    "DONT_FAKE_MONOTONIC=1"] + cmd
+        logged = (os.path.getsize(self.logfile)
+                  if os.path.exists(self.logfile) else 0)
         with open(self.logfile, "ab") as log:
             self.proc = subprocess.Popen(
                 ["setpriv", "--pdeathsig", "KILL"] + CREDS + cmd,
@@ -197,10 +201,16 @@ class Postgres:
         while not self._ready():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self._kill()
+                with open(self.logfile, "rb") as f:
+                    f.seek(logged)
+                    taken = b"Address already in use" in f.read()
+                if first and taken and port_tries > 1:
+                    self.port = _free_port()
+                    return self.start(timeout, port_tries - 1, True)
                 raise RuntimeError(f"postgres {self.name} did not start:\n"
                                    + self.log_text()[-4000:])
             time.sleep(0.05)
-        if fresh:
+        if first:
             self.psql("CREATE DATABASE leased OWNER leased", dbname="postgres")
         return self
 
