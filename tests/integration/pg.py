@@ -149,13 +149,13 @@ class Postgres:
         kv.update(extra)
         return " ".join(_kv(k, v) for k, v in kv.items())
 
-    def start(self, timeout=30, port_tries=3, _first=None):
+    def start(self, timeout=30):
         """initdb (first time only), start, and wait until it accepts
         connections. On its first start only, a port another process took
-        since it was chosen free is given up for another one."""
+        since it was chosen free is given up for another one (three tries
+        in all): later starts keep the port the clients know."""
         assert self.proc is None, f"{self.name} is running"
         fresh = not os.path.exists(os.path.join(self.data, "PG_VERSION"))
-        first = fresh if _first is None else _first
         if fresh:
             # --no-locale: initdb fails when LANG names a locale the
             # machine has not generated.
@@ -164,6 +164,17 @@ class Postgres:
                                 "-E", "UTF8", "--no-locale"])
             with open(os.path.join(self.data, "pg_hba.conf"), "w") as f:
                 f.write(HBA)
+        tries = 3 if fresh else 1
+        while not self._launch(timeout, last=tries == 1):
+            tries -= 1
+            self.port = _free_port()
+        if fresh:
+            self.psql("CREATE DATABASE leased OWNER leased", dbname="postgres")
+        return self
+
+    def _launch(self, timeout, last):
+        """Starts postgres and waits until it accepts connections: True.
+        False when its port was taken and last is not set; else raises."""
         # Dynamic shared memory in files under the data directory, not in
         # /dev/shm, where a killed server would leave it. A standby whose
         # primary is gone retries every 200 ms, not 5 s: a promotion
@@ -204,15 +215,12 @@ class Postgres:
                 with open(self.logfile, "rb") as f:
                     f.seek(logged)
                     taken = b"Address already in use" in f.read()
-                if first and taken and port_tries > 1:
-                    self.port = _free_port()
-                    return self.start(timeout, port_tries - 1, True)
+                if taken and not last:
+                    return False
                 raise RuntimeError(f"postgres {self.name} did not start:\n"
                                    + self.log_text()[-4000:])
             time.sleep(0.05)
-        if first:
-            self.psql("CREATE DATABASE leased OWNER leased", dbname="postgres")
-        return self
+        return True
 
     def psql(self, sql, user="leased", dbname="leased", tcp=False,
              password=None, timeout=30, **extra):
