@@ -152,11 +152,13 @@ struct frontend {
     /* The hand-off: the CQ thread appends, the loop takes everything. */
     pthread_mutex_t lock;
     struct request *head, *tail;
+    size_t queued; /* in the list */
     uv_async_t async;
     /* The hand-back: the loop appends, the CQ thread takes everything. */
     struct rpc *replies, *replies_tail;
     atomic_size_t pending; /* handed to the loop, not yet answered */
-    atomic_bool wanted;    /* the loop acts on new requests at once */
+    /* The loop is woken once this many requests wait; 0: not at all. */
+    atomic_size_t want_at;
 
     /* CQ thread only (and the creating thread before it starts). */
     struct peers peers;
@@ -390,8 +392,10 @@ static void hand_off(struct frontend *fe, struct rpc *r)
     else
         fe->head = &r->req;
     fe->tail = &r->req;
+    size_t queued = ++fe->queued;
     pthread_mutex_unlock(&fe->lock);
-    if (atomic_load(&fe->wanted))
+    size_t at = atomic_load(&fe->want_at);
+    if (at != 0 && queued >= at)
         uv_async_send(&fe->async);
 }
 
@@ -623,6 +627,7 @@ static void on_async(uv_async_t *h)
     pthread_mutex_lock(&fe->lock);
     struct request *list = fe->head;
     fe->head = fe->tail = NULL;
+    fe->queued = 0;
     pthread_mutex_unlock(&fe->lock);
     if (list != NULL)
         fe->cb.requests(fe->cb.arg, list);
@@ -659,18 +664,18 @@ void frontend_reply(struct frontend *fe, struct request *req)
     }
 }
 
-void frontend_want_requests(struct frontend *fe, bool wanted)
+void frontend_want_requests(struct frontend *fe, size_t at)
 {
-    bool was = atomic_exchange(&fe->wanted, wanted);
-    if (!wanted || was)
+    size_t was = atomic_exchange(&fe->want_at, at);
+    if (at == 0 || at == was)
         return;
-    /* Requests queued while they were not wanted: the next run of the
-     * loop takes them. The hand-off either saw wanted set, and woke the
-     * loop itself, or queued before this lock. */
+    /* Requests queued under another threshold: the next run of the loop
+     * takes them if there are enough. The hand-off either saw this one,
+     * and woke the loop itself, or queued before this lock. */
     pthread_mutex_lock(&fe->lock);
-    bool queued = fe->head != NULL;
+    bool enough = fe->head != NULL && fe->queued >= at;
     pthread_mutex_unlock(&fe->lock);
-    if (queued)
+    if (enough)
         uv_async_send(&fe->async);
 }
 
@@ -714,7 +719,7 @@ struct frontend *frontend_create(uv_loop_t *loop,
     fe->max_pending = opts->max_pending;
     fe->drain_ms = opts->drain_ns / 1000000;
     atomic_store(&fe->serving, true);
-    atomic_store(&fe->wanted, true);
+    atomic_store(&fe->want_at, 1);
     fe->tokens = opts->tokens;
     fe->admin_tokens = opts->admin_tokens;
     fe->policy = opts->policy;

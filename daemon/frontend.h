@@ -70,12 +70,14 @@ struct frontend *frontend_create(uv_loop_t *loop,
  * callback. req must not be touched afterwards. */
 void frontend_reply(struct frontend *fe, struct request *req);
 
-/* On the loop: whether new requests should wake the loop at once (true at
- * first). While they are not wanted, they wait in the hand-off without
- * waking it; wanting them again hands over those that wait, on the next
- * run of the loop. An owner that could only queue them (every database
- * connection busy) saves a wake-up per call. */
-void frontend_want_requests(struct frontend *fe, bool wanted);
+/* On the loop: how many new requests must wait before they wake the
+ * loop (1 at first: each does); 0: none does. Until then they wait in
+ * the hand-off; a lower threshold hands over those that wait, if there
+ * are enough, on the next run of the loop. An owner that could only
+ * queue them (every database connection busy) saves a wake-up per call,
+ * and one that gains by waiting for more (a batch in flight, the next one
+ * better big) saves the batches in between. */
+void frontend_want_requests(struct frontend *fe, size_t at);
 
 /* On the loop: whether storage works, for health checks (true at
  * first). */

@@ -88,11 +88,11 @@ static void reply(void *arg, struct request *req)
     frontend_reply(d->frontend, req);
 }
 
-static void on_wanted(void *arg, bool wanted)
+static void on_wanted(void *arg, size_t at)
 {
     struct daemon *d = arg;
     if (d->frontend != NULL)
-        frontend_want_requests(d->frontend, wanted);
+        frontend_want_requests(d->frontend, at);
 }
 
 static void on_storage(void *arg, bool ok)

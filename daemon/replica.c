@@ -2,44 +2,46 @@
  * The loop side of a replica over PostgreSQL (see replica.h).
  *
  * The replica has a few connections to the database (--postgres-
- * connections), each a `slot` with one round trip in flight at a time, on
- * a worker thread; the loop never waits for the network. Lease calls that
- * arrive while every connection is busy wait (in the front end's hand-off,
- * which then does not wake the loop for each, and in `leases`), and the
- * next connection free takes all of them (up to MAX_BATCH) in one round trip:
- * one transaction per batch, group commit over the network. With two
- * connections, one batch is sent while the other commits, and the
- * database flushes its log for both at once. The calls of one session
- * are decided in the order they arrived: a call whose session is in a
- * batch in flight waits for that batch (which may still wait for a row
- * lock: a holder's renewal would overtake its release). A reply leaves
- * only once its batch's COMMIT returned, so an OK is as durable as the
- * database makes a commit (with a synchronous standby: on two hosts).
- * Batches in flight at once hold only calls that were in flight at once,
- * and the database locks rows in session order in each, so they never
- * deadlock. Admin calls take turns with the batches, one per round trip,
- * so that neither starves the other.
+ * connections), each a `slot`. Lease calls go in batches, one
+ * transaction each (group commit over the network), through the
+ * connection's pipeline: the loop sends a batch and watches the socket
+ * for its answer, and a second batch waits at the database behind the
+ * one it is deciding, so the database starts it the moment the first
+ * commits, with no thread between the loop and the network. Lease calls
+ * that arrive while every pipeline is full wait (in the front end's
+ * hand-off, which then does not wake the loop for each, and in
+ * `leases`), and the next batch takes all of them (up to MAX_BATCH).
  *
- * A slot's database connection is the worker's while its job is in flight
- * (`job` != JOB_NONE), and nobody's otherwise: the loop only looks at
- * what a job left behind. A job is one of: a batch, one admin call, a
- * garbage collection (one slot at a time), or a (re)connection.
+ * The calls of one session are decided in the order they arrived: while
+ * a session has calls in flight on one connection, its later calls go
+ * on the same one (whose pipeline decides in the order sent) or wait.
+ * A reply leaves only once its batch's commit returned, so an OK is as
+ * durable as the database makes a commit (with a synchronous standby: on
+ * two hosts). The database locks rows in session order in each batch, so
+ * batches of several connections and replicas never deadlock.
+ *
+ * Everything else a connection does (admin calls, garbage collection,
+ * (re)connecting) is a blocking job on a worker thread, on a connection
+ * with no batch in flight, whose socket the loop does not watch
+ * meanwhile: the connection is then the worker's (`job` != JOB_NONE).
+ * Admin calls take turns with the batches, one per drained pipeline, so
+ * that neither starves the other, and so does a due collection.
  *
  * When a connection is lost (a broken socket, a missed deadline), the
- * batch in flight on it gets UNAVAILABLE (its commit may or may not have
- * happened: the client retries, which the rules make safe), and the slot
- * reconnects, at once and then with a backoff up to a second. While no
- * slot is connected, health says NOT_SERVING and every call is answered
- * UNAVAILABLE at once instead of waiting. A reconnection that finds a
- * different primary (failover, or the database restarted) is logged and
- * counted once per replica; the database itself holds the quarantine
- * every replica honours.
+ * batches in flight on it get UNAVAILABLE (their commits may or may not
+ * have happened: the client retries, which the rules make safe), and the
+ * slot reconnects, at once and then with a backoff up to a second. While
+ * no slot is connected, health says NOT_SERVING and every call is
+ * answered UNAVAILABLE at once instead of waiting. A reconnection that
+ * finds a different primary (failover, or the database restarted) is
+ * logged and counted once per replica; the database itself holds the
+ * quarantine every replica honours.
  *
  * The database's clock decides expiry. Each batch also reads it, and each
- * slot compares its progress with the monotonic clock's between round
- * trips: a jump of more than CLOCK_STEP_NS (beyond what the two round
- * trips can explain) is a step of the database host's wall clock, logged
- * and counted.
+ * slot compares its progress with the monotonic clock's between batches:
+ * a jump of more than CLOCK_STEP_NS (beyond what the two round trips can
+ * explain) is a step of the database host's wall clock, logged and
+ * counted.
  */
 #include "replica.h"
 
@@ -57,6 +59,7 @@
 #include "siphash.h"
 
 #define MAX_BATCH 1024
+#define PIPELINE 2 /* batches in flight on a connection */
 #define TICK_MS 100
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 1000
@@ -66,9 +69,11 @@
 #define CLOCK_STEP_NS INT64_C(1000000000)
 #define INFLIGHT_SLOTS 16384 /* counters of the lease calls in flight */
 
+static_assert(PIPELINE <= PGSTORE_PIPELINE_MAX, "the store's pipeline");
+static_assert(REPLICA_MAX_CONNECTIONS <= UINT8_MAX, "inflight_on");
+
 enum job {
     JOB_NONE,
-    JOB_BATCH,
     JOB_ADMIN,
     JOB_COLLECT,
     JOB_CONNECT,
@@ -80,21 +85,30 @@ struct queue {
 
 struct replica;
 
-/* One connection to the database and the job in flight on it. */
+/* A batch in flight: its requests, in order, and their calls. */
+struct batch {
+    struct request *list;
+    struct pgstore_call *calls; /* MAX_BATCH, one per request */
+    size_t ncalls;
+    int64_t sent_ns; /* monotonic */
+};
+
+/* One connection to the database. */
 struct slot {
     struct replica *r;
     struct pgstore *db;
+    /* Its pipeline, oldest first. */
+    struct batch batches[PIPELINE];
+    size_t first, nbatches;
+    uv_poll_t *poll; /* its socket, while connected and no job runs */
+    bool writing;    /* the poll waits for writable too */
+
+    /* The job on the worker, and what it left. */
     enum job job;
     uv_work_t work;
-    /* What the job is about, and what it left. */
-    struct request *batch;      /* JOB_BATCH: its requests, in order */
-    struct pgstore_call *calls; /* MAX_BATCH, one per request */
-    size_t ncalls;
     struct request *admin; /* JOB_ADMIN */
     int err;
     char errmsg[256];
-    int64_t sent_ns, done_ns; /* monotonic, around the round trip */
-    int64_t db_now_ns;
     size_t collected, expired;
     struct pgstore_stats stats;
     struct pgstore_primary primary;
@@ -113,15 +127,16 @@ struct replica {
     int64_t ttl_ns;
     void (*reply)(void *arg, struct request *req);
     void (*storage)(void *arg, bool ok);
-    void (*wanted)(void *arg, bool wanted);
+    void (*wanted)(void *arg, size_t at);
     void *reply_arg;
 
     struct queue leases, admins;
-    /* The lease calls in the batches in flight, counted by their
-     * session's hash (two sessions may share a counter: then a call
-     * waits when it need not). */
+    /* The lease calls in flight, counted by their session's hash (two
+     * sessions may share a counter: then a call waits when it need not),
+     * and the slot they are in flight on. */
     struct siphash_key hash_key;
     uint32_t inflight[INFLIGHT_SLOTS];
+    uint8_t inflight_on[INFLIGHT_SLOTS];
     struct slot slots[REPLICA_MAX_CONNECTIONS];
     size_t nslots;
     bool serving; /* some slot is connected */
@@ -174,6 +189,11 @@ static int64_t mono_ms(void)
     return clock_mono_ns() / 1000000;
 }
 
+static size_t slot_index(const struct slot *sl)
+{
+    return (size_t)(sl - sl->r->slots);
+}
+
 static void unavailable(struct request *req, const char *why)
 {
     req->status = REPLY_UNAVAILABLE;
@@ -194,11 +214,67 @@ static void update_serving(struct replica *r)
         r->storage(r->reply_arg, serving);
 }
 
-/* A job failed: count it, log it (at most a line a second). After a lost
- * connection, the slot reconnects at once, and so do the idle ones, whose
- * connections are most likely lost too (the server died) but would not
- * say so before their next job. */
-static void job_failed(struct slot *sl, const char *what)
+/* --- Watching a connection's socket ------------------------------------ */
+
+static void on_poll(uv_poll_t *h, int status, int events);
+
+static void free_handle(uv_handle_t *h)
+{
+    free(h);
+}
+
+/* Stops watching sl's socket: before the connection is closed, or given
+ * to a job. uv_close() forgets the descriptor at once (the handle is
+ * freed later), so it may be closed then. */
+static void unwatch(struct slot *sl)
+{
+    if (sl->poll == NULL)
+        return;
+    uv_close((uv_handle_t *)sl->poll, free_handle);
+    sl->poll = NULL;
+}
+
+/* Watches sl's socket for readable, and writable when some of what was
+ * sent is left to write. */
+static int watch(struct slot *sl, bool writing)
+{
+    if (sl->poll == NULL) {
+        uv_poll_t *h = malloc(sizeof(*h));
+        if (h == NULL)
+            return UV_ENOMEM;
+        int rc = uv_poll_init(sl->r->loop, h, pgstore_socket(sl->db));
+        if (rc != 0) {
+            free(h);
+            return rc;
+        }
+        h->data = sl;
+        sl->poll = h;
+    } else if (writing == sl->writing) {
+        return 0;
+    }
+    sl->writing = writing;
+    return uv_poll_start(sl->poll,
+                         UV_READABLE | (writing ? UV_WRITABLE : 0), on_poll);
+}
+
+/* --- Losing a connection ----------------------------------------------- */
+
+/* Closes sl's connection (the loop's: no job runs on it) and has it
+ * reconnect at once. */
+static void disconnect(struct slot *sl)
+{
+    unwatch(sl);
+    pgstore_disconnect(sl->db);
+    sl->connected = false;
+    sl->next_connect_ms = mono_ms();
+    sl->backoff_ms = BACKOFF_MIN_MS;
+}
+
+/* A job or a batch failed, sl->errmsg says why: count it, log it (at
+ * most a line a second). After a lost connection (sl->err PGSTORE_EDOWN),
+ * the idle ones reconnect too, whose connections are most likely lost
+ * as well (the server died) but would not say so before their next use. */
+static void failed(struct slot *sl, const char *what)
 {
     struct replica *r = sl->r;
     atomic_fetch_add(&metrics.pg_errors, 1);
@@ -212,16 +288,33 @@ static void job_failed(struct slot *sl, const char *what)
         return;
     for (size_t i = 0; i < r->nslots; i++) {
         struct slot *o = &r->slots[i];
-        if (o == sl || (o->connected && o->job == JOB_NONE)) {
-            o->connected = false;
-            o->next_connect_ms = mono_ms();
-            o->backoff_ms = BACKOFF_MIN_MS;
-        }
+        if (o == sl ||
+            (o->connected && o->job == JOB_NONE && o->nbatches == 0))
+            disconnect(o);
     }
     update_serving(r);
 }
 
-/* --- Jobs, on the worker ---------------------------------------------- */
+static void fail_batch(struct slot *sl, struct batch *b);
+
+/* sl's connection broke while the loop drove it (why: NULL for the
+ * store's reason): every batch in flight on it is lost. */
+static void lost(struct slot *sl, const char *why)
+{
+    snprintf(sl->errmsg, sizeof(sl->errmsg), "%s",
+             why != NULL ? why : pgstore_errmsg(sl->db));
+    sl->err = PGSTORE_EDOWN;
+    failed(sl, "batch");
+    disconnect(sl); /* in case failed() had nothing to do */
+    while (sl->nbatches > 0) {
+        struct batch *b = &sl->batches[sl->first];
+        sl->first = (sl->first + 1) % PIPELINE;
+        sl->nbatches--;
+        fail_batch(sl, b);
+    }
+}
+
+/* --- Batches, on the loop ---------------------------------------------- */
 
 static enum rules_op rules_op_of(enum request_op op)
 {
@@ -236,6 +329,150 @@ static enum rules_op rules_op_of(enum request_op op)
         abort(); /* only lease calls are batched */
     }
 }
+
+/* A step of the database host's wall clock: its clock moved unlike the
+ * monotonic one between two batches on one connection, by more than the
+ * round trips explain. */
+static void check_clock(struct slot *sl, int64_t sent_ns, int64_t done_ns,
+                        int64_t db_now_ns)
+{
+    if (db_now_ns == 0)
+        return; /* nothing was sent */
+    int64_t rtt = done_ns - sent_ns;
+    int64_t offset = db_now_ns - done_ns;
+    if (sl->have_offset) {
+        int64_t moved = offset - sl->offset_ns;
+        int64_t slack = CLOCK_STEP_NS + rtt + sl->offset_rtt_ns;
+        if (moved > slack || moved < -slack) {
+            atomic_fetch_add(&metrics.pg_clock_steps, 1);
+            log_warn("database_clock_step", "by_ms=%lld",
+                     (long long)(moved / 1000000));
+        }
+    }
+    sl->have_offset = true;
+    sl->offset_ns = offset;
+    sl->offset_rtt_ns = rtt;
+}
+
+static void count_call(const struct pgstore_call *c)
+{
+    if (c->flags & PGSTORE_TAKEOVER)
+        atomic_fetch_add(&metrics.takeovers, 1);
+    if (c->flags & PGSTORE_EXPIRED)
+        atomic_fetch_add(&metrics.expiries, 1);
+    if (c->flags & PGSTORE_RECLAIM)
+        atomic_fetch_add(&metrics.reclaims, 1);
+}
+
+/* Answers b's requests: from their calls when ok, else UNAVAILABLE. */
+static void answer(struct slot *sl, struct batch *b, bool ok)
+{
+    struct replica *r = sl->r;
+    size_t i = 0;
+    for (struct request *req = b->list, *next; req != NULL;
+         req = next, i++) {
+        next = req->next;
+        req->next = NULL;
+        assert(r->inflight[req->order_slot] > 0);
+        r->inflight[req->order_slot]--;
+        const struct pgstore_call *c = &b->calls[i];
+        req->reason[0] = '\0';
+        req->needs_sync = false;
+        req->change = CHANGE_NONE;
+        if (!ok) {
+            unavailable(req, "storage unavailable");
+        } else if (c->code == RULES_OK || c->code == RULES_NOOP) {
+            count_call(c);
+            req->status = REPLY_OK;
+            req->grant_token = c->granted;
+            req->grant_expiry_ns = c->expiry_ns;
+            if (req->op == OP_RELEASE && c->code == RULES_OK)
+                req->change = CHANGE_RELEASE;
+            else if (c->flags & PGSTORE_TAKEOVER)
+                req->change = CHANGE_TAKEOVER;
+        } else {
+            req->status = REPLY_HELD;
+            snprintf(req->reason, sizeof(req->reason), "%s",
+                     rules_reason(c->code));
+        }
+        r->reply(r->reply_arg, req);
+    }
+    b->list = NULL;
+}
+
+static void fail_batch(struct slot *sl, struct batch *b)
+{
+    answer(sl, b, false);
+}
+
+/* The oldest batch in flight on sl came back with err. */
+static void batch_done(struct slot *sl, int err, int64_t db_now_ns)
+{
+    struct batch *b = &sl->batches[sl->first];
+    sl->first = (sl->first + 1) % PIPELINE;
+    sl->nbatches--;
+    if (err == PGSTORE_OK) {
+        int64_t done_ns = clock_mono_ns();
+        metrics_observe(&metrics.pg_round_trip_seconds,
+                        (double)(done_ns - b->sent_ns) / 1e9);
+        metrics_observe(&metrics.pg_batch_calls, (double)b->ncalls);
+        check_clock(sl, b->sent_ns, done_ns, db_now_ns);
+    } else {
+        sl->err = err;
+        snprintf(sl->errmsg, sizeof(sl->errmsg), "%s",
+                 pgstore_errmsg(sl->db));
+        failed(sl, "batch");
+    }
+    answer(sl, b, err == PGSTORE_OK);
+}
+
+/* Answers the batches whose answers are all there; PGSTORE_EDOWN when
+ * the connection is lost. */
+static int drain(struct slot *sl)
+{
+    for (;;) {
+        struct pgstore_call *calls;
+        int err;
+        int64_t db_now_ns;
+        int rc = pgstore_done(sl->db, &calls, &err, &db_now_ns);
+        if (rc <= 0)
+            return rc;
+        assert(calls == sl->batches[sl->first].calls);
+        batch_done(sl, err, db_now_ns);
+    }
+}
+
+/* Writes what is left of what was sent on sl, and watches its socket
+ * accordingly; false when the connection is lost. */
+static bool flush(struct slot *sl)
+{
+    int rc = pgstore_flush(sl->db);
+    if (rc < 0)
+        lost(sl, NULL);
+    else if (watch(sl, rc == 1) != 0)
+        lost(sl, "cannot watch the connection's socket");
+    return rc >= 0 && sl->connected;
+}
+
+static void after_event(struct replica *r);
+
+static void on_poll(uv_poll_t *h, int status, int events)
+{
+    struct slot *sl = h->data;
+    struct replica *r = sl->r;
+    if (status < 0) {
+        lost(sl, "the connection's socket failed");
+    } else if (!(events & UV_WRITABLE) || flush(sl)) {
+        int rc = events & UV_READABLE ? pgstore_read(sl->db) : PGSTORE_OK;
+        if (rc == PGSTORE_OK)
+            rc = drain(sl);
+        if (rc < 0)
+            lost(sl, NULL);
+    }
+    after_event(r);
+}
+
+/* --- Jobs, on the worker ---------------------------------------------- */
 
 static int list_row(void *arg, const struct lease_row *row, bool live)
 {
@@ -279,12 +516,7 @@ static void run_admin(struct slot *sl)
 static void run_job(uv_work_t *w)
 {
     struct slot *sl = w->data;
-    sl->sent_ns = clock_mono_ns();
     switch (sl->job) {
-    case JOB_BATCH:
-        sl->err =
-            pgstore_decide(sl->db, sl->calls, sl->ncalls, &sl->db_now_ns);
-        break;
     case JOB_ADMIN:
         run_admin(sl);
         break;
@@ -300,91 +532,11 @@ static void run_job(uv_work_t *w)
     case JOB_NONE:
         abort();
     }
-    sl->done_ns = clock_mono_ns();
     snprintf(sl->errmsg, sizeof(sl->errmsg), "%s",
              sl->err != PGSTORE_OK ? pgstore_errmsg(sl->db) : "");
 }
 
-/* --- Back on the loop ------------------------------------------------- */
-
-static void process(struct replica *r);
-static void maybe_finish_close(struct replica *r);
-
-/* A step of the database host's wall clock: its clock moved unlike the
- * monotonic one between two batches on one connection, by more than the
- * round trips explain. */
-static void check_clock(struct slot *sl)
-{
-    if (sl->db_now_ns == 0)
-        return; /* nothing was sent */
-    int64_t rtt = sl->done_ns - sl->sent_ns;
-    int64_t offset = sl->db_now_ns - sl->done_ns;
-    if (sl->have_offset) {
-        int64_t moved = offset - sl->offset_ns;
-        int64_t slack = CLOCK_STEP_NS + rtt + sl->offset_rtt_ns;
-        if (moved > slack || moved < -slack) {
-            atomic_fetch_add(&metrics.pg_clock_steps, 1);
-            log_warn("database_clock_step", "by_ms=%lld",
-                     (long long)(moved / 1000000));
-        }
-    }
-    sl->have_offset = true;
-    sl->offset_ns = offset;
-    sl->offset_rtt_ns = rtt;
-}
-
-static void count_call(const struct pgstore_call *c)
-{
-    if (c->flags & PGSTORE_TAKEOVER)
-        atomic_fetch_add(&metrics.takeovers, 1);
-    if (c->flags & PGSTORE_EXPIRED)
-        atomic_fetch_add(&metrics.expiries, 1);
-    if (c->flags & PGSTORE_RECLAIM)
-        atomic_fetch_add(&metrics.reclaims, 1);
-}
-
-static void batch_done(struct slot *sl)
-{
-    struct replica *r = sl->r;
-    struct request *list = sl->batch;
-    sl->batch = NULL;
-    if (sl->err == PGSTORE_OK) {
-        metrics_observe(&metrics.pg_round_trip_seconds,
-                        (double)(sl->done_ns - sl->sent_ns) / 1e9);
-        metrics_observe(&metrics.pg_batch_calls, (double)sl->ncalls);
-        check_clock(sl);
-    } else {
-        job_failed(sl, "batch");
-    }
-    size_t i = 0;
-    for (struct request *req = list, *next; req != NULL; req = next, i++) {
-        next = req->next;
-        req->next = NULL;
-        assert(r->inflight[req->order_slot] > 0);
-        r->inflight[req->order_slot]--;
-        const struct pgstore_call *c = &sl->calls[i];
-        req->reason[0] = '\0';
-        req->needs_sync = false;
-        req->change = CHANGE_NONE;
-        if (sl->err != PGSTORE_OK) {
-            unavailable(req, "storage unavailable");
-        } else if (c->code == RULES_OK || c->code == RULES_NOOP) {
-            count_call(c);
-            req->status = REPLY_OK;
-            req->grant_token = c->granted;
-            req->grant_expiry_ns = c->expiry_ns;
-            if (req->op == OP_RELEASE && c->code == RULES_OK)
-                req->change = CHANGE_RELEASE;
-            else if (c->flags & PGSTORE_TAKEOVER)
-                req->change = CHANGE_TAKEOVER;
-        } else {
-            req->status = REPLY_HELD;
-            snprintf(req->reason, sizeof(req->reason), "%s",
-                     rules_reason(c->code));
-        }
-        r->reply(r->reply_arg, req);
-    }
-}
+/* --- Jobs, back on the loop -------------------------------------------- */
 
 /* Stats from st (the database's counts) and this replica's counters. */
 static void fill_stats(const struct replica *r, struct admin_stats *out,
@@ -407,7 +559,7 @@ static void admin_done(struct slot *sl)
     struct request *req = sl->admin;
     sl->admin = NULL;
     if (sl->err != PGSTORE_OK) {
-        job_failed(sl, "admin");
+        failed(sl, "admin");
         unavailable(req, "storage unavailable");
     } else if (req->op == OP_STATS) {
         r->last_stats = sl->stats;
@@ -429,7 +581,7 @@ static void collect_done(struct slot *sl)
     struct replica *r = sl->r;
     r->collecting = false;
     if (sl->err != PGSTORE_OK) {
-        job_failed(sl, "collect");
+        failed(sl, "collect");
         return;
     }
     atomic_fetch_add(&metrics.expiries, sl->expired);
@@ -443,7 +595,7 @@ static void connect_done(struct slot *sl)
 {
     struct replica *r = sl->r;
     if (sl->err != PGSTORE_OK) {
-        job_failed(sl, "connect");
+        failed(sl, "connect");
         sl->next_connect_ms = mono_ms() + sl->backoff_ms;
         sl->backoff_ms = sl->backoff_ms * 2 > BACKOFF_MAX_MS
                              ? BACKOFF_MAX_MS
@@ -460,8 +612,7 @@ static void connect_done(struct slot *sl)
                  "restarted: leases held before wait for the quarantine\"",
                  (long long)(sl->primary.quarantine_remaining_ns / 1000000));
     }
-    log_info("database_connected", "connection=%zu",
-             (size_t)(sl - r->slots) + 1);
+    log_info("database_connected", "connection=%zu", slot_index(sl) + 1);
     sl->connected = true;
     update_serving(r);
 }
@@ -477,9 +628,6 @@ static void job_done(uv_work_t *w, int status)
         snprintf(sl->errmsg, sizeof(sl->errmsg), "the job was cancelled");
     }
     switch (job) {
-    case JOB_BATCH:
-        batch_done(sl);
-        break;
     case JOB_ADMIN:
         admin_done(sl);
         break;
@@ -492,17 +640,26 @@ static void job_done(uv_work_t *w, int status)
     case JOB_NONE:
         abort();
     }
-    if (r->closing)
-        maybe_finish_close(r);
-    else
-        process(r);
+    /* The connection is the loop's again (a lost one is closed). */
+    if (sl->connected && watch(sl, false) != 0) {
+        snprintf(sl->errmsg, sizeof(sl->errmsg),
+                 "cannot watch the connection's socket");
+        sl->err = PGSTORE_EDOWN;
+        failed(sl, "watch");
+    }
+    after_event(r);
 }
 
+/* Gives sl's connection to a job on the worker. */
 static void start(struct slot *sl, enum job job)
 {
+    assert(sl->nbatches == 0);
+    unwatch(sl);
     sl->job = job;
     uv_queue_work(sl->r->loop, &sl->work, run_job, job_done);
 }
+
+/* --- Giving work to the connections ------------------------------------ */
 
 /* Without a connection, nothing waits: every call is answered at once,
  * UNAVAILABLE, but Stats, which says that storage is failing (with the
@@ -524,24 +681,26 @@ static void refuse_all(struct replica *r)
     }
 }
 
-/* Takes the lease calls waiting (up to MAX_BATCH) into a batch for sl,
- * but for those whose session is in a batch in flight: they wait, in
- * order, in front of the queue (the counters change only once the batch
- * is made, so a session's calls all go, or all wait). Returns false when
- * the batch is empty. */
-static bool take_batch(struct replica *r, struct slot *sl)
+/* Takes the lease calls waiting (up to MAX_BATCH) into batch b for slot
+ * sl, but for those whose session has calls in flight on another slot:
+ * they wait, in order, in front of the queue (the counters change only
+ * once the batch is made, so a session's calls all go, or all wait).
+ * Returns false when the batch is empty. */
+static bool take_batch(struct replica *r, struct slot *sl, struct batch *b)
 {
+    uint8_t on = (uint8_t)slot_index(sl);
     struct queue wait = {NULL, NULL};
-    struct request **tail = &sl->batch;
-    sl->batch = NULL;
-    sl->ncalls = 0;
-    while (sl->ncalls < MAX_BATCH && r->leases.head != NULL) {
+    struct request **tail = &b->list;
+    b->list = NULL;
+    b->ncalls = 0;
+    while (b->ncalls < MAX_BATCH && r->leases.head != NULL) {
         struct request *req = pop(&r->leases);
-        if (r->inflight[req->order_slot] > 0) {
+        if (r->inflight[req->order_slot] > 0 &&
+            r->inflight_on[req->order_slot] != on) {
             push(&wait, req);
             continue;
         }
-        sl->calls[sl->ncalls++] = (struct pgstore_call){
+        b->calls[b->ncalls++] = (struct pgstore_call){
             .op = rules_op_of(req->op),
             .session = req->session,
             .session_len = req->session_len,
@@ -558,9 +717,38 @@ static bool take_batch(struct replica *r, struct slot *sl)
             r->leases.tail = wait.tail;
         r->leases.head = wait.head;
     }
-    for (struct request *req = sl->batch; req != NULL; req = req->next)
+    for (struct request *req = b->list; req != NULL; req = req->next) {
         r->inflight[req->order_slot]++;
-    return sl->ncalls > 0;
+        r->inflight_on[req->order_slot] = on;
+    }
+    return b->ncalls > 0;
+}
+
+/* Sends the next batch on sl; false when there was none, or it could not
+ * be sent (its calls are answered then). */
+static bool send_batch(struct replica *r, struct slot *sl)
+{
+    struct batch *b = &sl->batches[(sl->first + sl->nbatches) % PIPELINE];
+    if (!take_batch(r, sl, b))
+        return false;
+    sl->nbatches++;
+    b->sent_ns = clock_mono_ns();
+    int err = pgstore_send(sl->db, b->calls, b->ncalls);
+    if (err == PGSTORE_EDOWN) {
+        lost(sl, NULL);
+        return false;
+    }
+    if (err != PGSTORE_OK) { /* out of memory: the store took nothing */
+        sl->nbatches--;
+        sl->err = err;
+        snprintf(sl->errmsg, sizeof(sl->errmsg), "%s",
+                 pgstore_errmsg(sl->db));
+        failed(sl, "batch");
+        fail_batch(sl, b);
+        return false;
+    }
+    r->admin_turn = true;
+    return true;
 }
 
 /* Starts the first admin call waiting on sl. */
@@ -582,39 +770,70 @@ static void give_admin(struct replica *r, struct slot *sl)
     start(sl, JOB_ADMIN);
 }
 
-/* Gives connected slot sl, idle, the next work: an admin call (its turn,
- * or no lease call can go), a batch, or a due collection. Returns false
- * when there is none. */
-static bool give_work(struct replica *r, struct slot *sl)
+static bool collect_due(const struct replica *r)
 {
-    bool admin = r->admins.head != NULL;
-    if (admin && (r->admin_turn || r->leases.head == NULL)) {
-        give_admin(r, sl);
-        return true;
-    }
-    if (take_batch(r, sl)) {
-        r->admin_turn = true;
-        start(sl, JOB_BATCH);
-        return true;
-    }
-    if (admin) {
-        give_admin(r, sl);
-        return true;
-    }
-    if (!r->collecting && mono_ms() >= r->next_collect_ms) {
-        int64_t every = r->ttl_ns / 1000000;
-        every = every < COLLECT_MIN_MS   ? COLLECT_MIN_MS
-                : every > COLLECT_MAX_MS ? COLLECT_MAX_MS
-                                         : every;
-        r->next_collect_ms = mono_ms() + every;
-        r->collecting = true;
-        start(sl, JOB_COLLECT);
-        return true;
-    }
-    return false;
+    return !r->collecting && mono_ms() >= r->next_collect_ms;
 }
 
-/* Starts what the idle slots can do. */
+/* A job waits for its turn: pipelines take no new batch until one is
+ * drained and takes it. */
+static bool job_waits(const struct replica *r)
+{
+    return (r->admins.head != NULL && r->admin_turn) || collect_due(r);
+}
+
+static void give_collect(struct replica *r, struct slot *sl)
+{
+    int64_t every = r->ttl_ns / 1000000;
+    every = every < COLLECT_MIN_MS   ? COLLECT_MIN_MS
+            : every > COLLECT_MAX_MS ? COLLECT_MAX_MS
+                                     : every;
+    r->next_collect_ms = mono_ms() + every;
+    r->collecting = true;
+    start(sl, JOB_COLLECT);
+}
+
+/* Gives connected slot sl, with no job, what it can take: with an empty
+ * pipeline, an admin call (its turn, or no lease call waits) or a due
+ * collection first; then batches while its pipeline has room and no job
+ * waits for its turn; with nothing to batch, an admin call. */
+static void give_work(struct replica *r, struct slot *sl)
+{
+    if (sl->nbatches == 0) {
+        if (r->admins.head != NULL &&
+            (r->admin_turn || r->leases.head == NULL)) {
+            give_admin(r, sl);
+            return;
+        }
+        if (collect_due(r)) {
+            give_collect(r, sl);
+            return;
+        }
+    }
+    bool sent = false;
+    while (sl->connected && sl->nbatches < PIPELINE &&
+           (sl->nbatches == 0 || !job_waits(r)) && send_batch(r, sl))
+        sent = true;
+    if (sent && sl->connected)
+        flush(sl);
+    if (sl->connected && sl->nbatches == 0 && r->admins.head != NULL)
+        give_admin(r, sl);
+}
+
+/* How many new calls should wait before sl takes a batch: 1 when its
+ * pipeline is empty; with a batch in flight, as many as that batch has
+ * (sent at once, the next one would be small and cost a commit for few
+ * calls; it goes when the one in flight comes back at the latest); 0
+ * when sl can take none. */
+static size_t room_at(const struct replica *r, const struct slot *sl)
+{
+    if (!sl->connected || sl->job != JOB_NONE || sl->nbatches >= PIPELINE ||
+        (sl->nbatches > 0 && job_waits(r)))
+        return 0;
+    return sl->nbatches == 0 ? 1 : sl->batches[sl->first].ncalls;
+}
+
+/* Starts what the slots can do. */
 static void process(struct replica *r)
 {
     if (!r->serving)
@@ -630,17 +849,31 @@ static void process(struct replica *r)
                 start(sl, JOB_CONNECT);
             continue;
         }
-        while (sl->job == JOB_NONE && give_work(r, sl))
-            ;
+        give_work(r, sl);
     }
-    /* With every connection busy, a new call could only wait in the
+    if (!r->serving)
+        refuse_all(r); /* the connections just lost */
+    /* With every pipeline full, a new call could only wait in the
      * queue: it may as well wait in the hand-off, without waking the
-     * loop; the next slot free takes it. */
-    bool idle = !r->serving;
-    for (size_t i = 0; i < r->nslots; i++)
-        idle = idle || r->slots[i].job == JOB_NONE;
+     * loop; the next batch takes it. */
+    size_t at = r->serving ? 0 : 1;
+    for (size_t i = 0; i < r->nslots; i++) {
+        size_t k = room_at(r, &r->slots[i]);
+        if (k != 0 && (at == 0 || k < at))
+            at = k;
+    }
     if (r->wanted != NULL)
-        r->wanted(r->reply_arg, idle);
+        r->wanted(r->reply_arg, at);
+}
+
+static void maybe_finish_close(struct replica *r);
+
+static void after_event(struct replica *r)
+{
+    if (r->closing)
+        maybe_finish_close(r);
+    else
+        process(r);
 }
 
 void replica_submit(struct replica *r, struct request *list)
@@ -659,14 +892,21 @@ void replica_submit(struct replica *r, struct request *list)
 }
 
 void replica_set_wanted(struct replica *r,
-                        void (*wanted)(void *arg, bool wanted))
+                        void (*wanted)(void *arg, size_t at))
 {
     r->wanted = wanted;
 }
 
+/* Batches past their deadline: a stopped server never answers. */
 static void on_tick(uv_timer_t *t)
 {
-    process(t->data);
+    struct replica *r = t->data;
+    for (size_t i = 0; i < r->nslots; i++) {
+        struct slot *sl = &r->slots[i];
+        if (sl->job == JOB_NONE && sl->nbatches > 0 && drain(sl) < 0)
+            lost(sl, NULL);
+    }
+    after_event(r);
 }
 
 struct replica *replica_create(uv_loop_t *loop, struct pgstore *const *dbs,
@@ -676,14 +916,14 @@ struct replica *replica_create(uv_loop_t *loop, struct pgstore *const *dbs,
     struct replica *r = calloc(1, sizeof(*r));
     bool ok = r != NULL;
     for (size_t i = 0; ok && i < n; i++)
-        ok = (r->slots[i].calls = calloc(MAX_BATCH,
-                                         sizeof(*r->slots[i].calls))) !=
-             NULL;
+        for (size_t j = 0; ok && j < PIPELINE; j++)
+            ok = (r->slots[i].batches[j].calls = calloc(
+                      MAX_BATCH, sizeof(struct pgstore_call))) != NULL;
     if (!ok) {
         for (size_t i = 0; i < n; i++) {
             pgstore_close(dbs[i]);
-            if (r != NULL)
-                free(r->slots[i].calls);
+            for (size_t j = 0; r != NULL && j < PIPELINE; j++)
+                free(r->slots[i].batches[j].calls);
         }
         free(r);
         return NULL;
@@ -692,6 +932,10 @@ struct replica *replica_create(uv_loop_t *loop, struct pgstore *const *dbs,
     r->ttl_ns = ttl_ns;
     r->nslots = n;
     siphash_random_key(&r->hash_key);
+    r->serving = true;
+    r->start_mono_ns = clock_mono_ns();
+    r->next_collect_ms = mono_ms();
+    metrics.postgres = true;
     for (size_t i = 0; i < n; i++) {
         struct slot *sl = &r->slots[i];
         sl->r = r;
@@ -699,11 +943,10 @@ struct replica *replica_create(uv_loop_t *loop, struct pgstore *const *dbs,
         sl->work.data = sl;
         sl->connected = true;
         sl->backoff_ms = BACKOFF_MIN_MS;
+        if (watch(sl, false) != 0)
+            disconnect(sl);
     }
-    r->serving = true;
-    r->start_mono_ns = clock_mono_ns();
-    r->next_collect_ms = mono_ms();
-    metrics.postgres = true;
+    update_serving(r);
     uv_timer_init(loop, &r->timer);
     r->timer.data = r;
     uv_timer_start(&r->timer, on_tick, TICK_MS, TICK_MS);
@@ -728,19 +971,25 @@ static void on_timer_closed(uv_handle_t *h)
     void *arg = r->done_arg;
     for (size_t i = 0; i < r->nslots; i++) {
         pgstore_close(r->slots[i].db);
-        free(r->slots[i].calls);
+        for (size_t j = 0; j < PIPELINE; j++)
+            free(r->slots[i].batches[j].calls);
     }
     free(r);
     done(arg);
 }
 
-/* Closes once no job is in flight. */
+/* Closes once no job and no batch is in flight. */
 static void maybe_finish_close(struct replica *r)
 {
+    if (uv_is_closing((uv_handle_t *)&r->timer))
+        return;
     for (size_t i = 0; i < r->nslots; i++)
-        if (r->slots[i].job != JOB_NONE)
+        if (r->slots[i].job != JOB_NONE || r->slots[i].nbatches > 0)
             return;
     assert(r->leases.head == NULL && r->admins.head == NULL);
+    for (size_t i = 0; i < r->nslots; i++)
+        unwatch(&r->slots[i]);
+    uv_timer_stop(&r->timer);
     uv_close((uv_handle_t *)&r->timer, on_timer_closed);
 }
 
@@ -749,6 +998,5 @@ void replica_close(struct replica *r, void (*done)(void *arg), void *arg)
     r->closing = true;
     r->done = done;
     r->done_arg = arg;
-    uv_timer_stop(&r->timer);
     maybe_finish_close(r);
 }

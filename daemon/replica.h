@@ -35,16 +35,18 @@ void replica_set_reply(struct replica *r,
                        void (*fatal)(void *arg, const char *why), void *arg);
 
 /* Sets what the replica calls (on the loop, with the arg of
- * replica_set_reply) to say whether new requests should reach it at once:
- * not while every connection is busy. */
+ * replica_set_reply) to say how many new requests should wait before
+ * they reach it (see frontend_want_requests()): 1 while a connection is
+ * idle, more while each has a batch in flight, 0 while every pipeline is
+ * full. */
 void replica_set_wanted(struct replica *r,
-                        void (*wanted)(void *arg, bool wanted));
+                        void (*wanted)(void *arg, size_t at));
 
 /* Takes a list of requests (linked by ->next) to decide and answer. */
 void replica_submit(struct replica *r, struct request *list);
 
-/* Stops the timer, waits for the round trip in flight, closes the
- * database connection and every handle, then calls done(arg). */
+/* Waits for the batches and the jobs in flight, closes the database
+ * connections and every handle, then calls done(arg). */
 void replica_close(struct replica *r, void (*done)(void *arg), void *arg);
 
 #endif

@@ -242,10 +242,8 @@ const size_t pgsql_upgrade_count =
 
 /* Prepared on every connection, named by their index ("s0", "s1"…). */
 const char *const pgsql_stmt[PGSQL_COUNT] = {
-    [PGSQL_BEGIN] = "BEGIN",
     [PGSQL_DECIDE] = "SELECT * FROM leased_decide($1::int[], $2::bytea[], "
                      "$3::bytea[], $4::bigint[], $5::bigint)",
-    [PGSQL_COMMIT] = "COMMIT",
     [PGSQL_ROLLBACK] = "ROLLBACK",
     [PGSQL_GET] =
         "SELECT owner, token, expiry_ns, leased_live(l, leased_now()) "

@@ -23,9 +23,7 @@ extern const size_t pgsql_upgrade_count;
 
 /* The statements prepared on every connection. */
 enum pgsql_stmt {
-    PGSQL_BEGIN,
     PGSQL_DECIDE,
-    PGSQL_COMMIT,
     PGSQL_ROLLBACK,
     PGSQL_GET,
     PGSQL_LIST,

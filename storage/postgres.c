@@ -2,13 +2,17 @@
  * The PostgreSQL store (see postgres.h): the only file that includes
  * libpq-fe.h. The SQL it runs, and what the schema holds, are in pgsql.c.
  *
- * Every round trip goes through pipeline mode with a deadline of our own
- * (a stopped server never answers, and libpq would wait forever); a
- * missed deadline closes the connection, since it is then unknown what
- * the server will still do with what it was sent.
+ * The connection is always in pipeline mode. Batches of lease calls are
+ * queued in it without waiting (pgstore_send(), pgstore_done()), each
+ * one statement and a sync: one transaction. Everything else is a
+ * blocking round trip, made only while no batch is in flight. Each has a
+ * deadline of our own (a stopped server never answers, and libpq would
+ * wait forever); a missed deadline loses the connection, since it is
+ * then unknown what the server will still do with what it was sent.
  */
 #include "postgres.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <libpq-fe.h>
 #include <poll.h>
@@ -33,17 +37,33 @@ struct array {
     bool failed; /* out of memory */
 };
 
+/* A batch sent and not answered yet. */
+struct pending {
+    struct pgstore_call *calls; /* the caller's, n of them */
+    size_t n, sent;             /* sent: those not decided here */
+    size_t *order;              /* calls[] in session order */
+    size_t order_cap;
+    int64_t deadline_ms;
+    PGresult *res; /* the decision's result */
+    bool ended;    /* its results are read: the sync's is next */
+};
+
 struct pgstore {
     struct pgstore_options o;
     PGconn *conn;
     char *password; /* from the conninfo, to keep out of messages */
-    PGresult **res; /* one per query of the round trip in flight */
+    PGresult **res; /* one per query of a blocking round trip */
     size_t res_cap;
-    size_t *order; /* a batch's calls, in session order */
     struct array args[4]; /* a batch's ops, sessions, owners, tokens */
-    /* A warning came during a round trip: a COMMIT may then report
-     * success for a transaction a synchronous standby never confirmed
-     * (an operator cancelled the wait). */
+    /* The pipeline: batches in flight, oldest (pipe[first]) first. */
+    struct pending pipe[PGSTORE_PIPELINE_MAX];
+    size_t first, npipe;
+    /* The pipeline's connection broke: it stays open, its socket maybe
+     * still watched, until pgstore_disconnect(). */
+    bool lost;
+    /* A warning came during a batch: its commit may then report success
+     * for a transaction a synchronous standby never confirmed (an
+     * operator cancelled the wait). */
     bool warned;
     /* The start of the database server (pg_postmaster_start_time(), us)
      * of the last connection that succeeded, and of the one being made. */
@@ -269,6 +289,7 @@ static PGresult *next_result(struct pgstore *p, int64_t deadline_ms,
  * caller clears them. */
 static int round_trip(struct pgstore *p, size_t nq, const char *what)
 {
+    assert(p->npipe == 0 && !p->lost);
     int64_t deadline = mono_ms() + p->o.timeout_ms;
     if (!PQpipelineSync(p->conn))
         return down(p, what);
@@ -314,17 +335,12 @@ static int reserve(struct pgstore *p, size_t nq)
     if (nq <= p->res_cap)
         return PGSTORE_OK;
     PGresult **res = calloc(nq, sizeof(*res));
-    size_t *order = calloc(nq, sizeof(*order));
-    if (res == NULL || order == NULL) {
-        free(res);
-        free(order);
+    if (res == NULL) {
         set_error(p, "out of memory");
         return PGSTORE_ENOMEM;
     }
     free(p->res);
-    free(p->order);
     p->res = res;
-    p->order = order;
     p->res_cap = nq;
     return PGSTORE_OK;
 }
@@ -567,8 +583,7 @@ static int prepare_all(struct pgstore *p)
 
 int pgstore_connect(struct pgstore *p, struct pgstore_primary *primary)
 {
-    if (p->conn != NULL)
-        PQfinish(p->conn);
+    pgstore_disconnect(p);
     char timeout_s[16], user_timeout[16];
     int s = (p->o.timeout_ms + 999) / 1000;
     snprintf(timeout_s, sizeof(timeout_s), "%d",
@@ -702,21 +717,16 @@ int pgstore_open(const struct pgstore_options *o, struct pgstore **out,
     return PGSTORE_OK;
 }
 
-bool pgstore_connected(const struct pgstore *p)
-{
-    return p->conn != NULL;
-}
-
 void pgstore_close(struct pgstore *p)
 {
     if (p == NULL)
         return;
-    if (p->conn != NULL)
-        PQfinish(p->conn);
+    pgstore_disconnect(p);
     if (p->res != NULL)
         clear_results(p, p->res_cap);
     free(p->res);
-    free(p->order);
+    for (size_t i = 0; i < PGSTORE_PIPELINE_MAX; i++)
+        free(p->pipe[i].order);
     for (size_t i = 0; i < sizeof(p->args) / sizeof(*p->args); i++)
         free(p->args[i].data);
     free(p->password);
@@ -745,19 +755,43 @@ static int by_session(const void *a, const void *b, void *arg)
 #define OID_INT8 20
 #define OID_INT4 23
 
-int pgstore_decide(struct pgstore *p, struct pgstore_call *calls, size_t n,
-                   int64_t *db_now_ns)
+/* The pipeline's connection broke or went out of step (p->errmsg says
+ * how): every batch in flight is lost. */
+static int lost(struct pgstore *p)
 {
-    if (p->conn == NULL)
-        return down(p, "deciding");
-    int err = reserve(p, n > 3 ? n : 3);
-    if (err != PGSTORE_OK)
-        return err;
+    p->lost = true;
+    return PGSTORE_EDOWN;
+}
+
+static int lost_conn(struct pgstore *p)
+{
+    if (!p->lost)
+        set_error(p, "deciding: %s",
+                  p->conn != NULL ? PQerrorMessage(p->conn)
+                                  : "not connected");
+    return lost(p);
+}
+
+int pgstore_send(struct pgstore *p, struct pgstore_call *calls, size_t n)
+{
+    if (p->conn == NULL || p->lost)
+        return lost_conn(p);
+    assert(n >= 1 && p->npipe < PGSTORE_PIPELINE_MAX);
+    struct pending *b = &p->pipe[(p->first + p->npipe) % PGSTORE_PIPELINE_MAX];
+    if (b->order_cap < n) {
+        size_t *order = realloc(b->order, n * sizeof(*order));
+        if (order == NULL) {
+            set_error(p, "out of memory");
+            return PGSTORE_ENOMEM;
+        }
+        b->order = order;
+        b->order_cap = n;
+    }
     /* Not sent: a token no row can have (the database's are below 2^63)
      * decides here as one nobody holds. */
     size_t sent = 0;
     for (size_t i = 0; i < n; i++) {
-        p->order[i] = i;
+        b->order[i] = i;
         calls[i].code = -1;
         calls[i].granted = 0;
         calls[i].expiry_ns = 0;
@@ -768,62 +802,124 @@ int pgstore_decide(struct pgstore *p, struct pgstore_call *calls, size_t n,
         else
             sent++;
     }
-    *db_now_ns = 0;
-    if (sent == 0)
-        return PGSTORE_OK;
-    qsort_r(p->order, n, sizeof(*p->order), by_session, calls);
-    struct array *a = p->args;
-    array_start(&a[0], OID_INT4);
-    array_start(&a[1], OID_BYTEA);
-    array_start(&a[2], OID_BYTEA);
-    array_start(&a[3], OID_INT8);
-    for (size_t i = 0; i < n; i++) {
-        const struct pgstore_call *c = &calls[p->order[i]];
-        if (c->code != -1)
+    if (sent > 0) {
+        qsort_r(b->order, n, sizeof(*b->order), by_session, calls);
+        struct array *a = p->args;
+        array_start(&a[0], OID_INT4);
+        array_start(&a[1], OID_BYTEA);
+        array_start(&a[2], OID_BYTEA);
+        array_start(&a[3], OID_INT8);
+        for (size_t i = 0; i < n; i++) {
+            const struct pgstore_call *c = &calls[b->order[i]];
+            if (c->code != -1)
+                continue;
+            if (c->op != RULES_ACQUIRE && c->op != RULES_RENEW &&
+                c->op != RULES_RELEASE)
+                abort(); /* not an op: never guess one */
+            array_add_int(&a[0], c->op, 4);
+            array_add(&a[1], c->session, c->session_len);
+            array_add(&a[2], c->owner, c->owner_len);
+            array_add_int(&a[3], (int64_t)c->token, 8);
+        }
+        if (a[0].failed || a[1].failed || a[2].failed || a[3].failed) {
+            set_error(p, "out of memory");
+            return PGSTORE_ENOMEM;
+        }
+        struct params q = {0};
+        for (int i = 0; i < 4; i++)
+            add_array(&q, &a[i]);
+        add_int(&q, p->o.ttl_ns, 8);
+        /* No BEGIN and COMMIT: what a sync ends is one transaction,
+         * committed when its answer comes (after the standby's, when it
+         * is synchronous), rolled back on an error. */
+        if (p->npipe == 0)
+            p->warned = false; /* from an admin call's round trip */
+        if (!send_query(p, PGSQL_DECIDE, &q) || !PQpipelineSync(p->conn))
+            return lost_conn(p);
+    }
+    *b = (struct pending){.calls = calls,
+                          .n = n,
+                          .sent = sent,
+                          .order = b->order,
+                          .order_cap = b->order_cap,
+                          .deadline_ms = mono_ms() + p->o.timeout_ms};
+    p->npipe++;
+    return PGSTORE_OK;
+}
+
+int pgstore_flush(struct pgstore *p)
+{
+    if (p->conn == NULL || p->lost)
+        return lost_conn(p);
+    int f = PQflush(p->conn);
+    return f < 0 ? lost_conn(p) : f;
+}
+
+int pgstore_read(struct pgstore *p)
+{
+    if (p->conn == NULL || p->lost || !PQconsumeInput(p->conn))
+        return lost_conn(p);
+    return PGSTORE_OK;
+}
+
+/* Reads what arrived of b's answer: 1 once all of it is there (its
+ * result, then its sync's), 0 until then. */
+static int read_answer(struct pgstore *p, struct pending *b)
+{
+    for (;;) {
+        if (PQisBusy(p->conn)) {
+            if (mono_ms() < b->deadline_ms)
+                return 0;
+            set_error(p, "deciding: no answer within %d ms",
+                      p->o.timeout_ms);
+            return lost(p);
+        }
+        PGresult *r = PQgetResult(p->conn);
+        if (!b->ended) {
+            if (r == NULL)
+                b->ended = true;
+            else if (b->res == NULL)
+                b->res = r;
+            else
+                PQclear(r);
             continue;
-        if (c->op != RULES_ACQUIRE && c->op != RULES_RENEW &&
-            c->op != RULES_RELEASE)
-            abort(); /* not an op: never guess one */
-        array_add_int(&a[0], c->op, 4);
-        array_add(&a[1], c->session, c->session_len);
-        array_add(&a[2], c->owner, c->owner_len);
-        array_add_int(&a[3], (int64_t)c->token, 8);
+        }
+        bool synced = r != NULL && PQresultStatus(r) == PGRES_PIPELINE_SYNC;
+        PQclear(r);
+        if (!synced) {
+            set_error(p, "deciding: the answer is out of step");
+            return lost(p);
+        }
+        return 1;
     }
-    if (a[0].failed || a[1].failed || a[2].failed || a[3].failed) {
-        set_error(p, "out of memory");
-        return PGSTORE_ENOMEM;
+}
+
+/* b's outcome from its result: its calls decided (PGSTORE_OK), or
+ * nothing applied (PGSTORE_EFAIL), or unknown (the pipeline is lost). */
+static int decode(struct pgstore *p, struct pending *b, int64_t *db_now_ns)
+{
+    const PGresult *res = b->res;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        const char *why = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+        set_error(p, "deciding: %s",
+                  why != NULL ? why : PQresultErrorMessage(res));
+        return PGSTORE_EFAIL;
     }
-    struct params q = {0};
-    for (int i = 0; i < 4; i++)
-        add_array(&q, &a[i]);
-    add_int(&q, p->o.ttl_ns, 8);
-    if (!send_query(p, PGSQL_BEGIN, NULL) ||
-        !send_query(p, PGSQL_DECIDE, &q) || !send_query(p, PGSQL_COMMIT, NULL))
-        return down(p, "sending a batch");
-    p->warned = false;
-    if ((err = finish(p, 3, "deciding")) != PGSTORE_OK)
-        return err;
     if (p->warned) {
-        clear_results(p, 3);
-        PQfinish(p->conn);
-        p->conn = NULL;
         set_error(p, "deciding: a warning came with the commit (a "
                      "cancelled wait for a synchronous standby?): its "
                      "outcome is unknown");
-        return PGSTORE_EDOWN;
+        return lost(p);
     }
-    const PGresult *res = p->res[1];
-    if (PQntuples(res) != (int)sent || PQnfields(res) != 5) {
-        set_error(p, "deciding: %d rows for %zu calls", PQntuples(res), sent);
-        clear_results(p, 3);
-        PQfinish(p->conn);
-        p->conn = NULL;
-        return PGSTORE_EDOWN;
+    if (PQntuples(res) != (int)b->sent || PQnfields(res) != 5) {
+        set_error(p, "deciding: %d rows for %zu calls", PQntuples(res),
+                  b->sent);
+        return lost(p);
     }
     *db_now_ns = get_int(res, 0, 4);
     int row = 0;
-    for (size_t i = 0; i < n; i++) {
-        struct pgstore_call *c = &calls[p->order[i]];
+    for (size_t i = 0; i < b->n; i++) {
+        struct pgstore_call *c = &b->calls[b->order[i]];
         if (c->code != -1)
             continue;
         c->code = (int)get_int(res, row, 0);
@@ -834,8 +930,58 @@ int pgstore_decide(struct pgstore *p, struct pgstore_call *calls, size_t n,
         c->flags = (unsigned)get_int(res, row, 3);
         row++;
     }
-    clear_results(p, 3);
     return PGSTORE_OK;
+}
+
+int pgstore_done(struct pgstore *p, struct pgstore_call **calls, int *err,
+                 int64_t *db_now_ns)
+{
+    if (p->npipe == 0)
+        return 0;
+    if (p->conn == NULL || p->lost)
+        return lost_conn(p);
+    struct pending *b = &p->pipe[p->first];
+    *db_now_ns = 0;
+    *err = PGSTORE_OK;
+    if (b->sent > 0) {
+        int rc = read_answer(p, b);
+        if (rc <= 0)
+            return rc;
+        *err = decode(p, b, db_now_ns);
+        if (*err == PGSTORE_EDOWN)
+            return PGSTORE_EDOWN;
+        PQclear(b->res);
+        b->res = NULL;
+        p->warned = false;
+    }
+    *calls = b->calls;
+    p->first = (p->first + 1) % PGSTORE_PIPELINE_MAX;
+    p->npipe--;
+    return 1;
+}
+
+size_t pgstore_in_flight(const struct pgstore *p)
+{
+    return p->npipe;
+}
+
+int pgstore_socket(const struct pgstore *p)
+{
+    return p->conn != NULL ? PQsocket(p->conn) : -1;
+}
+
+void pgstore_disconnect(struct pgstore *p)
+{
+    for (; p->npipe > 0; p->npipe--) {
+        PQclear(p->pipe[p->first].res);
+        p->pipe[p->first].res = NULL;
+        p->first = (p->first + 1) % PGSTORE_PIPELINE_MAX;
+    }
+    p->first = 0;
+    p->lost = false;
+    if (p->conn != NULL)
+        PQfinish(p->conn);
+    p->conn = NULL;
 }
 
 int pgstore_get(struct pgstore *p, const char *session, size_t session_len,

@@ -8,10 +8,11 @@
  * with the database's clock, so that every replica agrees on who holds
  * what and until when. The schema and those functions are in pgsql.c.
  *
- * One connection, used by one thread at a time. Every call blocks for at
- * most the timeout given at open, and returns PGSTORE_OK or a negative
- * enum pgstore_err; pgstore_errmsg() says why in one line, never with a
- * password in it.
+ * One connection, used by one thread at a time. Batches of lease calls go
+ * through a pipeline without blocking (pgstore_send() below); every other
+ * call blocks for at most the timeout given at open. Calls return
+ * PGSTORE_OK or a negative enum pgstore_err; pgstore_errmsg() says why in
+ * one line, never with a password in it.
  */
 #ifndef LEASED_POSTGRES_H
 #define LEASED_POSTGRES_H
@@ -68,8 +69,6 @@ struct pgstore_primary {
  * database last saw (see struct pgstore_primary; may be NULL). */
 int pgstore_connect(struct pgstore *p, struct pgstore_primary *primary);
 
-bool pgstore_connected(const struct pgstore *p);
-
 /* Closes the connection and frees the store. Accepts NULL. */
 void pgstore_close(struct pgstore *p);
 
@@ -96,16 +95,55 @@ struct pgstore_call {
     unsigned flags;    /* enum pgstore_flag */
 };
 
-/* Decides calls[0..n) (n >= 1) in one transaction, sent in one round
- * trip. Calls on one session are decided in their order in calls[];
- * rows are locked in session order, so that replicas deciding batches
- * at once never deadlock. PGSTORE_OK means the transaction committed
- * (durable as the database's settings make it: synchronous_commit);
- * any error means nothing was applied, or, for PGSTORE_EDOWN, that it
- * is unknown whether the commit happened. *db_now_ns: the database's
- * clock during the transaction. */
-int pgstore_decide(struct pgstore *p, struct pgstore_call *calls, size_t n,
-                   int64_t *db_now_ns);
+/* --- Deciding: batches in a pipeline, without blocking --------------
+ *
+ * The caller watches pgstore_socket() (readable always; writable while
+ * pgstore_flush() says some is left) and sends batches, up to
+ * PGSTORE_PIPELINE_MAX in flight: the database decides each right after
+ * the one ahead of it, in the order sent, so calls on one session are
+ * decided in their order whichever batch they are in. None of these
+ * calls waits for the network.
+ *
+ * PGSTORE_EDOWN from any of them means the connection broke, went out of
+ * step or missed a batch's deadline (the timeout given at open, from its
+ * send): whether the batches in flight committed is unknown. The caller
+ * stops watching the socket, then calls pgstore_disconnect(), which drops
+ * them, and pgstore_connect() again. */
+#define PGSTORE_PIPELINE_MAX 4
+
+/* Sends calls[0..n) (n >= 1; borrowed until pgstore_done() gives them
+ * back) to be decided in one transaction. Calls on one session are
+ * decided in their order in calls[]; rows are locked in session order,
+ * so that batches of several connections never deadlock. */
+int pgstore_send(struct pgstore *p, struct pgstore_call *calls, size_t n);
+
+/* Writes what is queued for the socket: 0 when all is written, 1 when
+ * some is left (wait until the socket is writable), or PGSTORE_EDOWN. */
+int pgstore_flush(struct pgstore *p);
+
+/* Takes what the socket has (call it when it is readable). */
+int pgstore_read(struct pgstore *p);
+
+/* The oldest batch in flight, once its answer is all there: returns 1,
+ * *calls the array it was sent with, and *err its outcome: PGSTORE_OK,
+ * the transaction committed (durable as the database's settings make
+ * it: synchronous_commit) and every call is decided, *db_now_ns the
+ * database's clock during it (0 when nothing had to be sent); or
+ * PGSTORE_EFAIL, nothing was applied. Returns 0 while its answer is not
+ * all there, or PGSTORE_EDOWN. */
+int pgstore_done(struct pgstore *p, struct pgstore_call **calls, int *err,
+                 int64_t *db_now_ns);
+
+/* Batches sent whose pgstore_done() has not come yet. */
+size_t pgstore_in_flight(const struct pgstore *p);
+
+/* The connection's socket, -1 when there is none. */
+int pgstore_socket(const struct pgstore *p);
+
+/* Closes the connection (if any), dropping the batches in flight. */
+void pgstore_disconnect(struct pgstore *p);
+
+/* --- Blocking calls: only while no batch is in flight ------------------ */
 
 /* Reads one session's lease: *found is false when there is none or it is
  * released. row's strings are valid until the next call on p. */

@@ -9,6 +9,7 @@ stops or restarts it; the others share one server per test process
 """
 import concurrent.futures
 import contextlib
+import json
 import os
 import random
 import re
@@ -152,8 +153,8 @@ def test_replicas_share_one_database():
 
 
 def test_a_call_waiting_for_a_busy_connection_is_answered():
-    """While every connection has a round trip in flight, new calls wait
-    without waking the loop; the connection, once free, must still take
+    """While every connection's pipeline is full, new calls wait without
+    waking the loop; the connection, once it has room, must still take
     them, even when no further call comes."""
     name, conninfo = new_database()
     server = harness.shared_postgres()
@@ -185,25 +186,122 @@ def test_a_call_waiting_for_a_busy_connection_is_answered():
             except grpc.RpcError as e:
                 results[session] = e.code()
 
+        sessions = ("first", "second", "third")
         calls = [threading.Thread(target=acquire, args=(s,))
-                 for s in ("first", "second")]
+                 for s in sessions]
         calls[0].start()
         wait_for("the first batch waits",
                  lambda: floor_lock("false") == "1", 10)
-        calls[1].start()
-        wait_for("both calls in", lambda: metric(
-            d, "leased_queue_depth") == 2, 10)
+        # The second goes into the pipeline behind the first; the third
+        # finds it full and waits in the hand-off.
+        for i in (1, 2):
+            calls[i].start()
+            wait_for("call %d in" % (i + 1), lambda: metric(
+                d, "leased_queue_depth") == i + 1, 10)
         holder.join(timeout=30)
         for t in calls:
             t.join(timeout=30)
         # The client's deadline is 5 s: a call left behind would get
         # DEADLINE_EXCEEDED.
-        for session in ("first", "second"):
+        for session in sessions:
             got = results[session]
             assert not isinstance(got, grpc.StatusCode), (session, got)
             assert (got.owner, got.token) == ("owner", 1), got
         assert metric(d, "leased_queue_depth") == 0
-        assert metric(d, "leased_pg_batch_calls_count") == 3
+        # warm, first, second (pipelined), third (once there was room).
+        assert metric(d, "leased_pg_batch_calls_count") == 4
+
+
+def test_a_failed_batch_leaves_the_next_in_the_pipeline_alone():
+    """A batch that fails in the database (here: a row lock held past
+    the lock timeout) is rolled back alone: the batch behind it in the
+    same connection's pipeline is decided and stored, and the connection
+    stays up."""
+    server = harness.shared_postgres()
+    name, conninfo = new_database()
+    with Leased(ttl="30s", postgres=conninfo,
+                args=["--postgres-connections", "1",
+                      "--postgres-timeout", "2s",
+                      "--metrics-listen", "127.0.0.1:0"]) as d:
+        c = d.client()
+        held = c.acquire("locked", "alice")
+        errors = metric(d, "leased_pg_errors_total")
+        # Longer than the lock timeout (3/4 of --postgres-timeout).
+        holder = threading.Thread(target=server.psql, kwargs=dict(
+            sql="BEGIN; SELECT 1 FROM leased_leases WHERE session = "
+                "'locked' FOR UPDATE; SELECT pg_sleep(3); COMMIT",
+            dbname=name))
+        holder.start()
+
+        def row_lock_waiters():
+            return server.psql(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted",
+                dbname=name)
+
+        wait_for("the row locked", lambda: server.psql(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE "
+            "'%%pg_sleep(3)%%' AND state = 'active' AND datname = '%s' "
+            "AND pid <> pg_backend_pid()" % name) == "1", 10)
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            blocked = pool.submit(status_of, c.acquire, "locked", "bob")
+            wait_for("the first batch waits for the row",
+                     lambda: row_lock_waiters() != "0", 10)
+            behind = pool.submit(c.acquire, "free", "carol")
+            assert blocked.result(timeout=10) == UNAVAILABLE
+            got = behind.result(timeout=10)
+        assert (got.owner, got.token) == ("carol", 1), got
+        holder.join(timeout=30)
+        assert metric(d, "leased_pg_errors_total") == errors + 1
+        assert c.health() == "SERVING"
+        assert "lock timeout" in d.log_text()
+        assert server.psql("SELECT owner FROM leased_leases WHERE session "
+                           "= 'free'", dbname=name) == "\\x6361726f6c"
+        # Nothing of the failed batch was applied.
+        expect_code(HELD, c.acquire, "locked", "bob")
+        assert c.renew(held).token == held.token
+
+
+def test_admin_calls_and_collection_take_turns_with_a_steady_load():
+    """Admin calls and garbage collection run on the connection between
+    batches: under a load that keeps its pipeline full (leasebench, 64
+    calls in flight), each still gets its turn, and the batches go on
+    after each."""
+    server = harness.shared_postgres()
+    name, conninfo = new_database()
+    with Leased(ttl="1s", postgres=conninfo,
+                args=["--postgres-connections", "1",
+                      "--metrics-listen", "127.0.0.1:0"]) as d:
+        c = d.client()
+        for i in range(20):  # released: collected a TTL later
+            c.release(c.acquire("gone-%d" % i, "x"))
+        held = c.acquire("admin-held", "owner")
+        load = subprocess.Popen(
+            [os.environ["LEASEBENCH_BIN"], "--target", "leased://" + d.addr,
+             "--workload", "renew", "--sessions", "256", "--concurrency",
+             "64", "--duration", "4s", "--warmup", "0s", "--json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for("the load running", lambda: metric(
+                d, "leased_pg_batch_calls_sum") > 1000, 10)
+            admin = 0
+            while load.poll() is None:
+                # Each within the client's 5 s deadline.
+                assert c.get("admin-held").owner == "owner"
+                assert c.stats().live_leases >= 1
+                assert len(c.list(prefix="admin-").leases) == 1
+                admin += 3
+                held = c.renew(held)
+            out, err = load.communicate(timeout=60)
+        finally:
+            if load.poll() is None:
+                load.kill()
+                load.wait()
+        assert load.returncode == 0, (out, err)
+        assert json.loads(out)["errors"] == 0, out
+        assert admin >= 30, admin
+        assert server.psql("SELECT count(*) FROM leased_leases WHERE "
+                           "session LIKE 'gone-%'", dbname=name) == "0"
+        assert metric(d, "leased_pg_errors_total") == 0
 
 
 def test_a_call_waits_for_a_batch_in_flight_with_its_session():
