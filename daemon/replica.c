@@ -295,7 +295,7 @@ static void failed(struct slot *sl, const char *what)
     update_serving(r);
 }
 
-static void fail_batch(struct slot *sl, struct batch *b);
+static void answer(struct slot *sl, struct batch *b, bool ok);
 
 /* sl's connection broke while the loop drove it (why: NULL for the
  * store's reason): every batch in flight on it is lost. */
@@ -310,7 +310,7 @@ static void lost(struct slot *sl, const char *why)
         struct batch *b = &sl->batches[sl->first];
         sl->first = (sl->first + 1) % PIPELINE;
         sl->nbatches--;
-        fail_batch(sl, b);
+        answer(sl, b, false);
     }
 }
 
@@ -398,11 +398,6 @@ static void answer(struct slot *sl, struct batch *b, bool ok)
         r->reply(r->reply_arg, req);
     }
     b->list = NULL;
-}
-
-static void fail_batch(struct slot *sl, struct batch *b)
-{
-    answer(sl, b, false);
 }
 
 /* The oldest batch in flight on sl came back with err. */
@@ -744,7 +739,7 @@ static bool send_batch(struct replica *r, struct slot *sl)
         snprintf(sl->errmsg, sizeof(sl->errmsg), "%s",
                  pgstore_errmsg(sl->db));
         failed(sl, "batch");
-        fail_batch(sl, b);
+        answer(sl, b, false);
         return false;
     }
     r->admin_turn = true;

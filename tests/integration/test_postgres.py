@@ -212,6 +212,48 @@ def test_a_call_waiting_for_a_busy_connection_is_answered():
         assert metric(d, "leased_pg_batch_calls_count") == 4
 
 
+def test_a_batch_bigger_than_the_socket_takes_is_written_in_parts():
+    """A batch of a thousand calls with the longest session ids and
+    owners (some 800 KB) is more than the socket takes at once: the rest
+    goes out as the socket drains (the loop watches it for writable), and
+    every call is decided."""
+    name, _ = new_database()
+    server = harness.shared_postgres()
+    # Over the unix socket, whose buffer (about 200 KB) does not grow.
+    conninfo = server.conninfo(dbname=name, host=server.dir)
+    n = 1000
+    with Leased(ttl="30s", postgres=conninfo,
+                args=["--postgres-connections", "1",
+                      "--postgres-timeout", "10s",
+                      "--metrics-listen", "127.0.0.1:0"]) as d:
+        c = d.client()
+        c.acquire("warm", "w")
+        # The floor lock held keeps the connection's batches in flight
+        # until every call waits.
+        holder = threading.Thread(target=server.psql, kwargs=dict(
+            sql="SELECT pg_advisory_lock(1818583411, 2); SELECT pg_sleep(3)",
+            dbname=name))
+        holder.start()
+        wait_for("the lock held", lambda: server.psql(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
+            "objid = 2 AND granted", dbname=name) == "1", 10)
+        owner = "o" * 256
+        calls = [c._acquire.future(harness.pb.AcquireRequest(
+            session_id="%04d" % i + "s" * 508, owner=owner), timeout=30)
+            for i in range(n)]
+        wait_for("every call in", lambda: metric(
+            d, "leased_queue_depth") == n, 20)
+        holder.join(timeout=30)
+        tokens = [f.result(timeout=30).lease.token for f in calls]
+        assert tokens == [1] * n
+        m = d.metrics()
+        big = m[("leased_pg_batch_calls_bucket", (("le", "1024"),))] - \
+            m[("leased_pg_batch_calls_bucket", (("le", "512"),))]
+        assert big >= 1, "no batch of more than 512 calls"
+        assert server.psql("SELECT count(*) FROM leased_leases WHERE "
+                           "length(owner) = 256", dbname=name) == str(n)
+
+
 def test_a_failed_batch_leaves_the_next_in_the_pipeline_alone():
     """A batch that fails in the database (here: a row lock held past
     the lock timeout) is rolled back alone: the batch behind it in the
