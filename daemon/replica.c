@@ -809,8 +809,10 @@ static void give_work(struct replica *r, struct slot *sl)
     while (sl->connected && sl->nbatches < PIPELINE &&
            (sl->nbatches == 0 || !job_waits(r)) && send_batch(r, sl))
         sent = true;
-    if (sent && sl->connected)
-        flush(sl);
+    /* A batch whose calls were all decided without the database (tokens
+     * no row can have) is done at once if nothing is ahead of it. */
+    if (sent && sl->connected && flush(sl) && drain(sl) < 0)
+        lost(sl, NULL);
     if (sl->connected && sl->nbatches == 0 && r->admins.head != NULL)
         give_admin(r, sl);
 }

@@ -254,6 +254,36 @@ def test_a_batch_bigger_than_the_socket_takes_is_written_in_parts():
                            "length(owner) = 256", dbname=name) == str(n)
 
 
+def test_tokens_no_row_can_have_are_decided_without_the_database():
+    """Tokens are below 2^63 in the database: a renewal or release with a
+    higher one is decided in the replica, as a call with a token nobody
+    holds (renewal refused, release a no-op), alone or beside calls the
+    database decides, and the lease stays its holder's."""
+    name, conninfo = new_database()
+    with Leased(ttl="30s", postgres=conninfo) as d:
+        c = d.client()
+        held = c.acquire("t", "alice")
+        for token in (2**63, 2**64 - 1):
+            wrong = harness.pb.Lease(session_id="t", owner="alice",
+                                     token=token)
+            expect_code(HELD, c.renew, wrong)
+            c.release(wrong)
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            wrong = harness.pb.Lease(session_id="t", owner="alice",
+                                     token=2**63 + held.token)
+            calls = [pool.submit(status_of, c.renew, wrong),
+                     pool.submit(status_of, c.release, wrong),
+                     pool.submit(c.renew, held),
+                     pool.submit(c.acquire, "u", "bob")]
+            assert calls[0].result(timeout=10) == HELD
+            assert calls[1].result(timeout=10) == OK
+            assert calls[2].result(timeout=10).token == held.token
+            assert calls[3].result(timeout=10).token == 1
+        got = c.get("t")
+        assert (got.owner, got.token, got.live) == ("alice", held.token,
+                                                    True), got
+
+
 def test_a_failed_batch_leaves_the_next_in_the_pipeline_alone():
     """A batch that fails in the database (here: a row lock held past
     the lock timeout) is rolled back alone: the batch behind it in the
