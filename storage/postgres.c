@@ -960,11 +960,6 @@ int pgstore_done(struct pgstore *p, struct pgstore_call **calls, int *err,
     return 1;
 }
 
-size_t pgstore_in_flight(const struct pgstore *p)
-{
-    return p->npipe;
-}
-
 int pgstore_socket(const struct pgstore *p)
 {
     return p->conn != NULL ? PQsocket(p->conn) : -1;

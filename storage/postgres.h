@@ -106,7 +106,9 @@ struct pgstore_call {
  *
  * PGSTORE_EDOWN from any of them means the connection broke, went out of
  * step or missed a batch's deadline (the timeout given at open, from its
- * send): whether the batches in flight committed is unknown. The caller
+ * send; pgstore_done() checks it, so call that now and then while
+ * batches are in flight): whether the batches in flight committed is
+ * unknown. The caller
  * stops watching the socket, then calls pgstore_disconnect(), which drops
  * them, and pgstore_connect() again. */
 #define PGSTORE_PIPELINE_MAX 4
@@ -133,9 +135,6 @@ int pgstore_read(struct pgstore *p);
  * all there, or PGSTORE_EDOWN. */
 int pgstore_done(struct pgstore *p, struct pgstore_call **calls, int *err,
                  int64_t *db_now_ns);
-
-/* Batches sent whose pgstore_done() has not come yet. */
-size_t pgstore_in_flight(const struct pgstore *p);
 
 /* The connection's socket, -1 when there is none. */
 int pgstore_socket(const struct pgstore *p);
