@@ -87,6 +87,28 @@ def metric(d, name):
     return d.metrics()[(name, ())]
 
 
+def floor_lock(server, name, granted):
+    """How many hold ("true") or wait for ("false") the token floor's
+    advisory lock in database name."""
+    return server.psql(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+        " AND classid = 1818583411 AND objid = 2 AND granted = %s"
+        % granted, dbname=name)
+
+
+def hold_floor_lock(server, name, seconds):
+    """Holds the token floor's lock in database name for seconds, from a
+    thread it returns once the lock is held. Every batch takes it shared:
+    held exclusively, it keeps a connection's batches in flight."""
+    holder = threading.Thread(target=server.psql, kwargs=dict(
+        sql="SELECT pg_advisory_lock(1818583411, 2); SELECT pg_sleep(%d)"
+            % seconds, dbname=name))
+    holder.start()
+    wait_for("the lock held", lambda: floor_lock(server, name, "true")
+             == "1", 10)
+    return holder
+
+
 # --- 1. Replicas over one database --------------------------------------
 
 def test_replicas_share_one_database():
@@ -164,20 +186,7 @@ def test_a_call_waiting_for_a_busy_connection_is_answered():
                       "--metrics-listen", "127.0.0.1:0"]) as d:
         c = d.client()
         c.acquire("warm", "w")
-
-        def floor_lock(granted):
-            return server.psql(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
-                " AND classid = 1818583411 AND objid = 2 AND granted = %s"
-                % granted, dbname=name)
-
-        # Every batch takes the floor lock shared: held exclusively, it
-        # keeps the one connection's round trip in flight.
-        holder = threading.Thread(target=server.psql, kwargs=dict(
-            sql="SELECT pg_advisory_lock(1818583411, 2); SELECT pg_sleep(2)",
-            dbname=name))
-        holder.start()
-        wait_for("the lock held", lambda: floor_lock("true") == "1", 10)
+        holder = hold_floor_lock(server, name, 2)
         results = {}
 
         def acquire(session):
@@ -191,7 +200,7 @@ def test_a_call_waiting_for_a_busy_connection_is_answered():
                  for s in sessions]
         calls[0].start()
         wait_for("the first batch waits",
-                 lambda: floor_lock("false") == "1", 10)
+                 lambda: floor_lock(server, name, "false") == "1", 10)
         # The second goes into the pipeline behind the first; the third
         # finds it full and waits in the hand-off.
         for i in (1, 2):
@@ -228,15 +237,8 @@ def test_a_batch_bigger_than_the_socket_takes_is_written_in_parts():
                       "--metrics-listen", "127.0.0.1:0"]) as d:
         c = d.client()
         c.acquire("warm", "w")
-        # The floor lock held keeps the connection's batches in flight
-        # until every call waits.
-        holder = threading.Thread(target=server.psql, kwargs=dict(
-            sql="SELECT pg_advisory_lock(1818583411, 2); SELECT pg_sleep(3)",
-            dbname=name))
-        holder.start()
-        wait_for("the lock held", lambda: server.psql(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
-            "objid = 2 AND granted", dbname=name) == "1", 10)
+        # Until every call waits.
+        holder = hold_floor_lock(server, name, 3)
         owner = "o" * 256
         calls = [c._acquire.future(harness.pb.AcquireRequest(
             session_id="%04d" % i + "s" * 508, owner=owner), timeout=30)
