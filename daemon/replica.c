@@ -295,23 +295,36 @@ static void failed(struct slot *sl, const char *what)
     update_serving(r);
 }
 
+/* Something the loop did on sl failed with err (why: NULL for the
+ * store's reason): as failed(). */
+static void loop_failed(struct slot *sl, int err, const char *why,
+                        const char *what)
+{
+    snprintf(sl->errmsg, sizeof(sl->errmsg), "%s",
+             why != NULL ? why : pgstore_errmsg(sl->db));
+    sl->err = err;
+    failed(sl, what);
+}
+
+/* Takes the oldest batch in flight on sl off its pipeline. */
+static struct batch *pop_batch(struct slot *sl)
+{
+    struct batch *b = &sl->batches[sl->first];
+    sl->first = (sl->first + 1) % PIPELINE;
+    sl->nbatches--;
+    return b;
+}
+
 static void answer(struct slot *sl, struct batch *b, bool ok);
 
 /* sl's connection broke while the loop drove it (why: NULL for the
  * store's reason): every batch in flight on it is lost. */
 static void lost(struct slot *sl, const char *why)
 {
-    snprintf(sl->errmsg, sizeof(sl->errmsg), "%s",
-             why != NULL ? why : pgstore_errmsg(sl->db));
-    sl->err = PGSTORE_EDOWN;
-    failed(sl, "batch");
-    disconnect(sl); /* in case failed() had nothing to do */
-    while (sl->nbatches > 0) {
-        struct batch *b = &sl->batches[sl->first];
-        sl->first = (sl->first + 1) % PIPELINE;
-        sl->nbatches--;
-        answer(sl, b, false);
-    }
+    assert(sl->connected); /* so failed() closes it */
+    loop_failed(sl, PGSTORE_EDOWN, why, "batch");
+    while (sl->nbatches > 0)
+        answer(sl, pop_batch(sl), false);
 }
 
 /* --- Batches, on the loop ---------------------------------------------- */
@@ -403,9 +416,7 @@ static void answer(struct slot *sl, struct batch *b, bool ok)
 /* The oldest batch in flight on sl came back with err. */
 static void batch_done(struct slot *sl, int err, int64_t db_now_ns)
 {
-    struct batch *b = &sl->batches[sl->first];
-    sl->first = (sl->first + 1) % PIPELINE;
-    sl->nbatches--;
+    struct batch *b = pop_batch(sl);
     if (err == PGSTORE_OK) {
         int64_t done_ns = clock_mono_ns();
         metrics_observe(&metrics.pg_round_trip_seconds,
@@ -413,10 +424,7 @@ static void batch_done(struct slot *sl, int err, int64_t db_now_ns)
         metrics_observe(&metrics.pg_batch_calls, (double)b->ncalls);
         check_clock(sl, b->sent_ns, done_ns, db_now_ns);
     } else {
-        sl->err = err;
-        snprintf(sl->errmsg, sizeof(sl->errmsg), "%s",
-                 pgstore_errmsg(sl->db));
-        failed(sl, "batch");
+        loop_failed(sl, err, NULL, "batch");
     }
     answer(sl, b, err == PGSTORE_OK);
 }
@@ -636,12 +644,9 @@ static void job_done(uv_work_t *w, int status)
         abort();
     }
     /* The connection is the loop's again (a lost one is closed). */
-    if (sl->connected && watch(sl, false) != 0) {
-        snprintf(sl->errmsg, sizeof(sl->errmsg),
-                 "cannot watch the connection's socket");
-        sl->err = PGSTORE_EDOWN;
-        failed(sl, "watch");
-    }
+    if (sl->connected && watch(sl, false) != 0)
+        loop_failed(sl, PGSTORE_EDOWN,
+                    "cannot watch the connection's socket", "watch");
     after_event(r);
 }
 
@@ -735,10 +740,7 @@ static bool send_batch(struct replica *r, struct slot *sl)
     }
     if (err != PGSTORE_OK) { /* out of memory: the store took nothing */
         sl->nbatches--;
-        sl->err = err;
-        snprintf(sl->errmsg, sizeof(sl->errmsg), "%s",
-                 pgstore_errmsg(sl->db));
-        failed(sl, "batch");
+        loop_failed(sl, err, NULL, "batch");
         answer(sl, b, false);
         return false;
     }
