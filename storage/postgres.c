@@ -195,7 +195,8 @@ set_error(struct pgstore *p, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(p->errmsg, sizeof(p->errmsg), fmt, ap);
+    bool cut = vsnprintf(p->errmsg, sizeof(p->errmsg), fmt, ap) >=
+               (int)sizeof(p->errmsg);
     va_end(ap);
     size_t n = strlen(p->errmsg);
     while (n > 0 && (p->errmsg[n - 1] == '\n' || p->errmsg[n - 1] == ' '))
@@ -203,14 +204,34 @@ set_error(struct pgstore *p, const char *fmt, ...)
     for (char *c = p->errmsg; *c != '\0'; c++)
         if (*c == '\n' || *c == '\t')
             *c = ' ';
-    if (p->password != NULL && p->password[0] != '\0') {
-        char *hit;
-        size_t pn = strlen(p->password);
-        while ((hit = strstr(p->errmsg, p->password)) != NULL) {
-            memset(hit, '*', pn > 3 ? 3 : pn);
-            memmove(hit + 3, hit + pn, strlen(hit + pn) + 1);
+    if (p->password == NULL || p->password[0] == '\0')
+        return;
+    /* Each occurrence becomes three stars (as many as it has, if fewer):
+     * never longer than it was, and searched for after the stars. */
+    size_t pn = strlen(p->password), stars = pn < 3 ? pn : 3;
+    char *at = p->errmsg, *hit;
+    while ((hit = strstr(at, p->password)) != NULL) {
+        memset(hit, '*', stars);
+        memmove(hit + stars, hit + pn, strlen(hit + pn) + 1);
+        at = hit + stars;
+    }
+    /* Cut short, the message may end in the password's first characters. */
+    n = strlen(p->errmsg);
+    for (size_t k = pn - 1 < n ? pn - 1 : n; cut && k > 0; k--) {
+        if (memcmp(p->errmsg + n - k, p->password, k) == 0) {
+            memset(p->errmsg + n - k, '*', k);
+            break;
         }
     }
+}
+
+/* Writes into p->errmsg why res failed. */
+static void result_error(struct pgstore *p, const char *what,
+                         const PGresult *res)
+{
+    const char *why = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+    set_error(p, "%s: %s", what,
+              why != NULL ? why : PQresultErrorMessage(res));
 }
 
 /* The connection is lost or in an unknown state: close it. */
@@ -354,10 +375,7 @@ static int check_results(struct pgstore *p, size_t nq, const char *what)
         ExecStatusType st = PQresultStatus(p->res[i]);
         if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
             continue;
-        const char *why =
-            PQresultErrorField(p->res[i], PG_DIAG_MESSAGE_PRIMARY);
-        set_error(p, "%s: %s", what,
-                  why != NULL ? why : PQresultErrorMessage(p->res[i]));
+        result_error(p, what, p->res[i]);
         failed = true;
         break;
     }
@@ -900,9 +918,7 @@ static int decode(struct pgstore *p, struct pending *b, int64_t *db_now_ns)
 {
     const PGresult *res = b->res;
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        const char *why = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
-        set_error(p, "deciding: %s",
-                  why != NULL ? why : PQresultErrorMessage(res));
+        result_error(p, "deciding", res);
         return PGSTORE_EFAIL;
     }
     if (p->warned) {

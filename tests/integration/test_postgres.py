@@ -791,6 +791,24 @@ def test_bad_configuration_is_refused_clearly():
     assert "Secret-Pass-991" not in log, log
     assert "leased:***@" in why, why
 
+    # A password that is one letter of the message: each of its
+    # occurrences masked in place, nothing else changed.
+    port = pg._free_port()
+    _, _, plain = refused(server.conninfo(port=port, password="Q"))
+    _, _, masked = refused(server.conninfo(port=port, password="e"))
+    what = masked[len("--postgres: "):]
+    assert "e" not in what and "*" in what, masked
+    assert masked.replace("*", "e") == plain, (masked, plain)
+
+    # libpq quotes a bad port: a message with the password in it, cut
+    # short at every place in the password in turn, shows none of it.
+    secret = "Horse-Staple-42"
+    for pad in range(150, 260, 2):
+        _, log, why = refused(server.conninfo(
+            port="9" * pad + secret, password=secret))
+        assert "invalid integer value" in why, why
+        assert not any(secret[:k] in log for k in range(4, 16)), log
+
     # A role that may not create in schema public (PostgreSQL 15's
     # default for everyone but the database's owner).
     name, _ = new_database()
