@@ -684,21 +684,46 @@ static char *mask_uri_password(const char *conninfo)
     return m;
 }
 
+/* why, which quotes a word of a key=value string, with that word as
+ * "***" (the word may itself have quotes), into out[0..len). */
+static void hide_quoted(const char *why, char *out, size_t len)
+{
+    static const char tail[] = " in connection info string";
+    bool has_tail = strstr(why, tail) != NULL;
+    const char *c = why;
+    while ((c = strchr(c, '"')) != NULL && strncmp(c, "\"=\"", 3) == 0)
+        c += 3;
+    if (c == NULL)
+        snprintf(out, len, "%s", why);
+    else
+        snprintf(out, len, "%.*s\"***\"%s", (int)(c - why), why,
+                 has_tail ? tail : "");
+}
+
 /* Why conninfo does not parse, without its password: libpq quotes a URI
  * it cannot parse whole, so the reason is that of the masked URI (or,
- * when that parses, the password itself is what is wrong). */
+ * when that parses, the password itself is what is wrong). libpq also
+ * quotes the word of a key=value string it stopped at, which may be part
+ * of a password (one with a space, unquoted): when the string has a
+ * password, the quoted words are hidden. */
 static int not_conninfo(const char *conninfo, char *errmsg, size_t len)
 {
     char *masked = mask_uri_password(conninfo);
     char *why = NULL;
     PQconninfoOption *opts =
         masked != NULL ? PQconninfoParse(masked, &why) : NULL;
+    const char *reason = why != NULL ? why : "out of memory";
+    char hidden[256];
+    if (why != NULL && strstr(masked, "password") != NULL) {
+        hide_quoted(why, hidden, sizeof(hidden));
+        reason = hidden;
+    }
     if (opts != NULL)
         errmsg_fail(0, errmsg, len, "not a libpq connection string: bad "
                                     "characters in the URI's password");
     else
         errmsg_fail(0, errmsg, len, "not a libpq connection string: %s",
-                    why != NULL ? why : "out of memory");
+                    reason);
     size_t n = strlen(errmsg);
     while (n > 0 && errmsg[n - 1] == '\n')
         errmsg[--n] = '\0';

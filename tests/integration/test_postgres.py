@@ -790,6 +790,19 @@ def test_bad_configuration_is_refused_clearly():
     assert "not a libpq connection string" in why, why
     assert "Secret-Pass-991" not in log, log
     assert "leased:***@" in why, why
+    # libpq quotes the word of a key=value string it stopped at: with a
+    # password in the string, that word may be the password's (a password
+    # with a space, unquoted), so it is not shown; without, it is.
+    for conninfo, hidden in (("host=h password=Open Sesame-818 dbname=d",
+                              "Sesame-818"),
+                             ('password=x "Sesame-818" port=1',
+                              "Sesame-818"),
+                             ("password=Open Sesame-818=1", "Sesame-818")):
+        _, log, why = refused(conninfo)
+        assert "not a libpq connection string" in why, why
+        assert hidden not in log and "'***'" in why, log
+    _, _, why = refused("host=h dbname=d pasword=1")
+    assert "invalid connection option 'pasword'" in why, why
 
     # A password that is one letter of the message: each of its
     # occurrences masked in place, nothing else changed.
