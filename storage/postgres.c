@@ -61,9 +61,9 @@ struct pgstore {
     /* The pipeline's connection broke: it stays open, its socket maybe
      * still watched, until pgstore_disconnect(). */
     bool lost;
-    /* A warning came during a batch: its commit may then report success
-     * for a transaction a synchronous standby never confirmed (an
-     * operator cancelled the wait). */
+    /* A synchronous standby's wait warned during a batch: its commit may
+     * then report success for a transaction the standby never confirmed
+     * (an operator cancelled the wait). */
     bool warned;
     /* The start of the database server (pg_postmaster_start_time(), us)
      * of the last connection that succeeded, and of the one being made. */
@@ -168,12 +168,19 @@ static void add_array(struct params *q, struct array *a)
     add_bytes(q, (const char *)a->data, a->len);
 }
 
-/* Notices stay out of the daemon's output; a warning is noted. */
+/* Notices stay out of the daemon's output. A warning from the wait for
+ * a synchronous standby (raised in syncrep.c; one that does not say where
+ * it was raised counts too) is noted: the commit it comes with reports
+ * success for a transaction the standby may never have confirmed. Other
+ * warnings (a trigger's RAISE WARNING, transaction ID wraparound coming
+ * near) say nothing about a batch's outcome. */
 static void on_notice(void *arg, const PGresult *r)
 {
     struct pgstore *p = arg;
     const char *sev = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
-    if (sev != NULL && strcmp(sev, "WARNING") == 0)
+    const char *file = PQresultErrorField(r, PG_DIAG_SOURCE_FILE);
+    if (sev != NULL && strcmp(sev, "WARNING") == 0 &&
+        (file == NULL || strcmp(file, "syncrep.c") == 0))
         p->warned = true;
 }
 
@@ -947,9 +954,8 @@ static int decode(struct pgstore *p, struct pending *b, int64_t *db_now_ns)
         return PGSTORE_EFAIL;
     }
     if (p->warned) {
-        set_error(p, "deciding: a warning came with the commit (a "
-                     "cancelled wait for a synchronous standby?): its "
-                     "outcome is unknown");
+        set_error(p, "deciding: the wait for a synchronous standby was "
+                     "cancelled: its outcome is unknown");
         return lost(p);
     }
     if (PQntuples(res) != (int)b->sent || PQnfields(res) != 5) {

@@ -935,6 +935,60 @@ def test_database_restarted():
     server.stop()
 
 
+def test_a_cancelled_wait_for_the_standby_is_not_answered_ok():
+    """A commit whose wait for a synchronous standby an operator cancels
+    reports success with a warning, though no standby confirmed it: the
+    calls of its batch get UNAVAILABLE (outcome unknown), never OK."""
+    server = pg.Postgres("syncwait").start()
+    with Leased(ttl="20s", postgres=server.conninfo(),
+                args=["--postgres-timeout", "20s"]) as d:
+        c = d.client()
+        held = c.acquire("s1", "alice")
+        # A standby that never comes: every commit waits for it.
+        server.psql("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+        server.psql("SELECT pg_reload_conf()")
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            call = pool.submit(status_of, c.acquire, "s2", "bob")
+            waiting = "SELECT pid FROM pg_stat_activity WHERE " \
+                      "application_name = 'leased' AND wait_event = 'SyncRep'"
+            wait_for("a commit waiting for the standby",
+                     lambda: server.psql(waiting) != "", 10)
+            assert not call.done()
+            server.psql("SELECT pg_cancel_backend(pid) FROM (%s) w" % waiting)
+            assert call.result(timeout=10) == UNAVAILABLE
+        assert "synchronous standby" in d.log_text()
+        server.psql("ALTER SYSTEM RESET synchronous_standby_names")
+        server.psql("SELECT pg_reload_conf()")
+        # It was committed on the primary: the replica reconnects and
+        # decides on what is stored.
+        wait_for("bob's lease", lambda: status_of(
+            c.acquire, "s2", "bob") == OK, 10)
+        assert_kept(c, held)
+    server.stop()
+
+
+def test_a_warning_of_another_kind_changes_no_outcome():
+    """Warnings other than the standby's (here a trigger's RAISE WARNING
+    on every write) leave the batch's answers as they are."""
+    server = harness.shared_postgres()
+    name, conninfo = new_database()
+    with Leased(ttl="20s", postgres=conninfo) as d:
+        c = d.client()
+        first = c.acquire("w", "alice")
+        server.psql("CREATE FUNCTION warn() RETURNS trigger LANGUAGE plpgsql "
+                    "AS $$ BEGIN RAISE WARNING 'noted'; RETURN NEW; END $$;"
+                    "CREATE TRIGGER warn BEFORE INSERT OR UPDATE ON "
+                    "leased_leases FOR EACH ROW EXECUTE FUNCTION warn()",
+                    dbname=name)
+        renewed = c.renew(first)
+        assert renewed.token == first.token
+        c.release(renewed)
+        assert c.acquire("w", "bob").token == first.token + 1
+        assert c.acquire("w2", "carol").token == 1
+        assert server.psql("SELECT count(*) FROM leased_leases",
+                           dbname=name) == "2"
+
+
 # --- 6. Metrics -----------------------------------------------------------
 
 def test_metrics_over_postgres():
