@@ -28,6 +28,8 @@
 
 #define MAX_PARAMS 5
 #define CONNECT_TIMEOUT_S_MIN 2 /* libpq's own minimum */
+/* How often a backend waiting for a lock checks that we are still there. */
+#define CHECK_CLOSED_MS "100"
 
 /* A one-dimensional array parameter in PostgreSQL's binary format. */
 struct array {
@@ -640,10 +642,18 @@ int pgstore_connect(struct pgstore *p, struct pgstore_primary *primary)
     /* Not statement_timeout: it would cut a COMMIT's wait for a
      * synchronous standby short and report success all the same. A lock
      * held too long fails the batch instead of our deadline closing the
-     * connection. */
-    char sql[64];
-    snprintf(sql, sizeof(sql), "SET lock_timeout = %d",
-             p->o.timeout_ms * 3 / 4);
+     * connection. And a batch the replica gave up on (its connection
+     * closed) while it still waits for a lock is rolled back within
+     * CHECK_CLOSED_MS, rather than committed after its calls were answered
+     * UNAVAILABLE and their clients went on (PostgreSQL 14 and later). */
+    char sql[160];
+    snprintf(sql, sizeof(sql),
+             "SELECT set_config('lock_timeout', '%d', false)%s",
+             p->o.timeout_ms * 3 / 4,
+             PQserverVersion(p->conn) >= 140000
+                 ? ", set_config('client_connection_check_interval', '"
+                   CHECK_CLOSED_MS "', false)"
+                 : "");
     int err = exec_sql(p, sql, "setting the lock timeout");
     if (err == PGSTORE_OK)
         err = setup(p, primary);

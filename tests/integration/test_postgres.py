@@ -101,7 +101,7 @@ def hold_floor_lock(server, name, seconds):
     thread it returns once the lock is held. Every batch takes it shared:
     held exclusively, it keeps a connection's batches in flight."""
     holder = threading.Thread(target=server.psql, kwargs=dict(
-        sql="SELECT pg_advisory_lock(1818583411, 2); SELECT pg_sleep(%d)"
+        sql="SELECT pg_advisory_lock(1818583411, 2); SELECT pg_sleep(%g)"
             % seconds, dbname=name))
     holder.start()
     wait_for("the lock held", lambda: floor_lock(server, name, "true")
@@ -333,6 +333,35 @@ def test_a_failed_batch_leaves_the_next_in_the_pipeline_alone():
         # Nothing of the failed batch was applied.
         expect_code(HELD, c.acquire, "locked", "bob")
         assert c.renew(held).token == held.token
+
+
+def test_a_batch_given_up_while_it_still_runs_is_rolled_back():
+    """A batch still running at the database when its deadline passes is
+    answered UNAVAILABLE and its connection closed; the database notices
+    the closed connection and rolls the batch back, rather than commit it
+    later, when its client may have gone on. Here a trigger keeps the
+    release of one session running for twice --postgres-timeout (as a
+    batch waiting for lock after lock would be)."""
+    server = harness.shared_postgres()
+    name, conninfo = new_database()
+    with Leased(ttl="30s", postgres=conninfo,
+                args=["--postgres-connections", "1",
+                      "--postgres-timeout", "2s"]) as d:
+        c = d.client()
+        kept = c.acquire("slow", "alice")
+        server.psql("CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql "
+                    "AS $$ BEGIN IF NEW.session = 'slow' THEN "
+                    "PERFORM pg_sleep(4); END IF; RETURN NEW; END $$;"
+                    "CREATE TRIGGER slow BEFORE UPDATE ON leased_leases "
+                    "FOR EACH ROW EXECUTE FUNCTION slow()", dbname=name)
+        expect_code(UNAVAILABLE, c.release, kept)
+        server.psql("DROP TRIGGER slow ON leased_leases", dbname=name)
+        # Until the trigger's sleep would have ended, and a little more.
+        time.sleep(2.5)
+        assert server.psql("SELECT owner FROM leased_leases WHERE session "
+                           "= 'slow'", dbname=name) == "\\x616c696365"
+        expect_code(HELD, c.acquire, "slow", "bob")
+        assert c.renew(kept).token == kept.token
 
 
 def test_admin_calls_and_collection_take_turns_with_a_steady_load():
