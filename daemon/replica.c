@@ -902,7 +902,14 @@ static void on_tick(uv_timer_t *t)
     struct replica *r = t->data;
     for (size_t i = 0; i < r->nslots; i++) {
         struct slot *sl = &r->slots[i];
-        if (sl->job == JOB_NONE && sl->nbatches > 0 && drain(sl) < 0)
+        if (sl->job != JOB_NONE || sl->nbatches == 0)
+            continue;
+        /* What arrived first: libuv runs timers before it polls, and an
+         * answer that came in time is no missed deadline. */
+        int rc = pgstore_read(sl->db);
+        if (rc == PGSTORE_OK)
+            rc = drain(sl);
+        if (rc < 0)
             lost(sl, NULL);
     }
     after_event(r);
