@@ -677,16 +677,46 @@ static char *password_of(PQconninfoOption *opts)
     return NULL;
 }
 
+/* What follows a URI's scheme; NULL if conninfo is no URI. */
+static const char *uri_body(const char *conninfo)
+{
+    if (strncmp(conninfo, "postgresql://", 13) == 0)
+        return conninfo + 13;
+    if (strncmp(conninfo, "postgres://", 11) == 0)
+        return conninfo + 11;
+    return NULL;
+}
+
+/* Whether a URI seems to have a password with an '@' or '/' in it, not
+ * percent-encoded (postgresql://USER:P@SS@HOST…): libpq ends the user
+ * info at the first of them, and the rest of the password would become
+ * the host, port or database, which its messages quote. */
+static bool uri_password_unencoded(const char *conninfo)
+{
+    const char *body = uri_body(conninfo);
+    if (body == NULL)
+        return false;
+    /* The query, if any, starts at the first '?' after a '/'. */
+    const char *slash = strchr(body, '/');
+    size_t n = slash != NULL ? (size_t)(slash - body) + strcspn(slash, "?")
+                             : strlen(body);
+    const char *at = NULL;
+    for (const char *c = body; c < body + n; c++)
+        if (*c == '@')
+            at = c;
+    if (at == NULL)
+        return false;
+    size_t info = (size_t)(at - body);
+    return memchr(body, ':', info) != NULL &&
+           (memchr(body, '@', info) != NULL || memchr(body, '/', info) != NULL);
+}
+
 /* A copy of a URI with the password of its user info (postgresql://
  * USER:PASSWORD@HOST…) as "***"; anything else as it is. NULL when out of
  * memory. */
 static char *mask_uri_password(const char *conninfo)
 {
-    const char *body = NULL;
-    if (strncmp(conninfo, "postgresql://", 13) == 0)
-        body = conninfo + 13;
-    else if (strncmp(conninfo, "postgres://", 11) == 0)
-        body = conninfo + 11;
+    const char *body = uri_body(conninfo);
     size_t authority = body != NULL ? strcspn(body, "/?") : 0;
     const char *at = body != NULL ? memchr(body, '@', authority) : NULL;
     const char *colon =
@@ -754,6 +784,11 @@ int pgstore_open(const struct pgstore_options *o, struct pgstore **out,
                  char *errmsg, size_t len)
 {
     *out = NULL;
+    if (uri_password_unencoded(o->conninfo))
+        return errmsg_fail(PGSTORE_ECONFIG, errmsg, len,
+                           "not a libpq connection string: the URI's user "
+                           "info has an '@' or '/' (percent-encode them in "
+                           "a password: %%40, %%2F)");
     PQconninfoOption *opts = PQconninfoParse(o->conninfo, NULL);
     if (opts == NULL)
         return not_conninfo(o->conninfo, errmsg, len);

@@ -819,6 +819,23 @@ def test_bad_configuration_is_refused_clearly():
     assert "not a libpq connection string" in why, why
     assert "Secret-Pass-991" not in log, log
     assert "leased:***@" in why, why
+    # libpq ends a URI's user info at its first '@' or '/': the rest of
+    # such a password, not percent-encoded, would be the host or port,
+    # which its messages quote. Refused before libpq sees it.
+    for uri in ("postgresql://leased:Open@Sesame-818@127.0.0.1:%d/db",
+                "postgresql://leased:Open/Sesame-818@127.0.0.1:%d/db",
+                "postgres://leased:O?pen@Sesame-818@127.0.0.1:%d/db"):
+        _, log, why = refused(uri % server.port)
+        assert "percent-encode" in why, why
+        assert "Sesame" not in log, log
+    # An '@' in the query, a password with '?', percent-encoded ones: the
+    # URI is libpq's to read (here: a role without a password is refused).
+    for uri in ("postgresql://127.0.0.1:%d/db?user=no@body",
+                "postgresql://nobody:O?pen@127.0.0.1:%d/db",
+                "postgresql://nobody:Open%%40Sesame%%2F8@127.0.0.1:%d/db"):
+        _, log, why = refused(uri % server.port)
+        assert "percent-encode" not in why, why
+        assert "Sesame" not in log, log
     # libpq quotes the word of a key=value string it stopped at: with a
     # password in the string, that word may be the password's (a password
     # with a space, unquoted), so it is not shown; without, it is.
