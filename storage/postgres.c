@@ -28,7 +28,8 @@
 
 #define MAX_PARAMS 5
 #define CONNECT_TIMEOUT_S_MIN 2 /* libpq's own minimum */
-/* How often a backend waiting for a lock checks that we are still there. */
+/* How often a backend running a batch checks that the replica is still
+ * connected (PostgreSQL 14 and later). */
 #define CHECK_CLOSED_MS "100"
 
 /* A one-dimensional array parameter in PostgreSQL's binary format. */
@@ -643,9 +644,9 @@ int pgstore_connect(struct pgstore *p, struct pgstore_primary *primary)
      * synchronous standby short and report success all the same. A lock
      * held too long fails the batch instead of our deadline closing the
      * connection. And a batch the replica gave up on (its connection
-     * closed) while it still waits for a lock is rolled back within
-     * CHECK_CLOSED_MS, rather than committed after its calls were answered
-     * UNAVAILABLE and their clients went on (PostgreSQL 14 and later). */
+     * closed) that still runs (waits for a lock, say) is rolled back
+     * within CHECK_CLOSED_MS, rather than committed after its calls were
+     * answered UNAVAILABLE and their clients went on. */
     char sql[160];
     snprintf(sql, sizeof(sql),
              "SELECT set_config('lock_timeout', '%d', false)%s",
@@ -654,7 +655,7 @@ int pgstore_connect(struct pgstore *p, struct pgstore_primary *primary)
                  ? ", set_config('client_connection_check_interval', '"
                    CHECK_CLOSED_MS "', false)"
                  : "");
-    int err = exec_sql(p, sql, "setting the lock timeout");
+    int err = exec_sql(p, sql, "setting the timeouts");
     if (err == PGSTORE_OK)
         err = setup(p, primary);
     if (err == PGSTORE_OK)
@@ -752,7 +753,7 @@ static void hide_quoted(const char *why, char *out, size_t len)
  * when that parses, the password itself is what is wrong). libpq also
  * quotes the word of a key=value string it stopped at, which may be part
  * of a password (one with a space, unquoted): when the string has a
- * password, the quoted words are hidden. */
+ * password, that word is hidden. */
 static int not_conninfo(const char *conninfo, char *errmsg, size_t len)
 {
     char *masked = mask_uri_password(conninfo);
