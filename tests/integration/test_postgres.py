@@ -101,7 +101,7 @@ def hold_floor_lock(server, name, seconds):
     thread it returns once the lock is held. Every batch takes it shared:
     held exclusively, it keeps a connection's batches in flight."""
     holder = threading.Thread(target=server.psql, kwargs=dict(
-        sql="SELECT pg_advisory_lock(1818583411, 2); SELECT pg_sleep(%g)"
+        sql="SELECT pg_advisory_lock(1818583411, 2); SELECT pg_sleep(%d)"
             % seconds, dbname=name))
     holder.start()
     wait_for("the lock held", lambda: floor_lock(server, name, "true")
@@ -1007,6 +1007,8 @@ def test_a_cancelled_wait_for_the_standby_is_not_answered_ok():
         server.psql("SELECT pg_reload_conf()")
         # It was committed on the primary: the replica reconnects and
         # decides on what is stored.
+        assert server.psql("SELECT count(*) FROM leased_leases WHERE "
+                           "session = 's2'") == "1"
         wait_for("bob's lease", lambda: status_of(
             c.acquire, "s2", "bob") == OK, 10)
         assert_kept(c, held)
