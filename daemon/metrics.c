@@ -233,6 +233,10 @@ char *metrics_render(size_t *len)
                 "Jumps (over 1 s) of the database host's wall clock, which "
                 "decides expiry, against this replica's monotonic clock.",
                 &metrics.pg_clock_steps);
+        counter(f, "leased_pg_warnings_total",
+                "Warnings from PostgreSQL that change no call's outcome "
+                "(transaction ID wraparound coming near, a trigger's).",
+                &metrics.pg_warnings);
     }
     if (extra_write != NULL)
         extra_write(extra_arg, f);

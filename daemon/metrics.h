@@ -54,7 +54,7 @@ struct metrics {
     bool postgres;
     struct histogram pg_round_trip_seconds; /* one batch's transaction */
     struct histogram pg_batch_calls;        /* calls per transaction */
-    _Atomic uint64_t pg_failovers, pg_errors, pg_clock_steps;
+    _Atomic uint64_t pg_failovers, pg_errors, pg_clock_steps, pg_warnings;
     int64_t start_time_s;
 };
 

@@ -145,7 +145,7 @@ struct replica {
     int64_t next_collect_ms;
     struct pgstore_stats last_stats; /* the last the database gave */
     int64_t primary_seen_us; /* the primary start last logged as new */
-    struct log_limit fail_log;
+    struct log_limit fail_log, warn_log;
 
     uv_timer_t timer;
     int64_t start_mono_ns;
@@ -343,6 +343,23 @@ static enum rules_op rules_op_of(enum request_op op)
     }
 }
 
+/* Warnings the database sent on sl's connection that change no outcome
+ * (transaction ID wraparound coming near, a trigger's): counted, and
+ * logged (at most a line a second) for the operator. */
+static void note_warnings(struct slot *sl)
+{
+    char msg[256], quoted[256];
+    uint64_t n = pgstore_warnings(sl->db, msg, sizeof(msg)), held;
+    if (n == 0)
+        return;
+    atomic_fetch_add(&metrics.pg_warnings, n);
+    if (!log_limit_pass(&sl->r->warn_log, clock_mono_ns(), &held))
+        return;
+    log_quotable(quoted, sizeof(quoted), msg, strlen(msg));
+    log_warn("database_warning", "message=\"%s\" not_logged=%llu", quoted,
+             (unsigned long long)held);
+}
+
 /* A step of the database host's wall clock: its clock moved unlike the
  * monotonic one between two batches on one connection, by more than the
  * round trips explain. */
@@ -469,6 +486,7 @@ static void on_poll(uv_poll_t *h, int status, int events)
         int rc = events & UV_READABLE ? pgstore_read(sl->db) : PGSTORE_OK;
         if (rc == PGSTORE_OK)
             rc = drain(sl);
+        note_warnings(sl);
         if (rc < 0)
             lost(sl, NULL);
     }
@@ -643,6 +661,7 @@ static void job_done(uv_work_t *w, int status)
     case JOB_NONE:
         abort();
     }
+    note_warnings(sl);
     /* The connection is the loop's again (a lost one is closed). */
     if (sl->connected && watch(sl, false) != 0)
         loop_failed(sl, PGSTORE_EDOWN,
@@ -909,6 +928,7 @@ static void on_tick(uv_timer_t *t)
         int rc = pgstore_read(sl->db);
         if (rc == PGSTORE_OK)
             rc = drain(sl);
+        note_warnings(sl);
         if (rc < 0)
             lost(sl, NULL);
     }

@@ -68,6 +68,9 @@ struct pgstore {
      * then report success for a transaction the standby never confirmed
      * (an operator cancelled the wait). */
     bool warned;
+    /* Other warnings since pgstore_warnings() took them, and the last. */
+    uint64_t warnings;
+    char warning[256];
     /* The start of the database server (pg_postmaster_start_time(), us)
      * of the last connection that succeeded, and of the one being made. */
     int64_t seen_started_us, connecting_started_us;
@@ -171,21 +174,6 @@ static void add_array(struct params *q, struct array *a)
     add_bytes(q, (const char *)a->data, a->len);
 }
 
-/* Notices stay out of the daemon's output. A warning from the wait for
- * a synchronous standby (raised in syncrep.c; one that does not say where
- * it was raised counts too) is noted: the commit it comes with reports
- * success for a transaction the standby may never have confirmed. Other
- * warnings (a trigger's RAISE WARNING, transaction ID wraparound coming
- * near) say nothing about a batch's outcome. */
-static void on_notice(void *arg, const PGresult *r)
-{
-    struct pgstore *p = arg;
-    const char *sev = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
-    const char *file = PQresultErrorField(r, PG_DIAG_SOURCE_FILE);
-    if (sev != NULL && strcmp(sev, "WARNING") == 0 &&
-        (file == NULL || strcmp(file, "syncrep.c") == 0))
-        p->warned = true;
-}
 
 static int64_t get_int(const PGresult *r, int row, int col)
 {
@@ -199,6 +187,37 @@ static int64_t get_int(const PGresult *r, int row, int col)
     return (int64_t)u;
 }
 
+/* buf, which vsnprintf() cut short if cut, on one line and without the
+ * password. */
+static void clean(const struct pgstore *p, char *buf, bool cut)
+{
+    size_t n = strlen(buf);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+        buf[--n] = '\0';
+    for (char *c = buf; *c != '\0'; c++)
+        if (*c == '\n' || *c == '\t')
+            *c = ' ';
+    if (p->password == NULL || p->password[0] == '\0')
+        return;
+    /* Each occurrence becomes three stars (as many as it has, if fewer):
+     * never longer than it was, and searched for after the stars. */
+    size_t pn = strlen(p->password), stars = pn < 3 ? pn : 3;
+    char *at = buf, *hit;
+    while ((hit = strstr(at, p->password)) != NULL) {
+        memset(hit, '*', stars);
+        memmove(hit + stars, hit + pn, strlen(hit + pn) + 1);
+        at = hit + stars;
+    }
+    /* Cut short, the message may end in the password's first characters. */
+    n = strlen(buf);
+    for (size_t k = pn - 1 < n ? pn - 1 : n; cut && k > 0; k--) {
+        if (memcmp(buf + n - k, p->password, k) == 0) {
+            memset(buf + n - k, '*', k);
+            break;
+        }
+    }
+}
+
 /* Writes why into p->errmsg, on one line, without the password. */
 __attribute__((format(printf, 2, 3))) static void
 set_error(struct pgstore *p, const char *fmt, ...)
@@ -208,31 +227,40 @@ set_error(struct pgstore *p, const char *fmt, ...)
     bool cut = vsnprintf(p->errmsg, sizeof(p->errmsg), fmt, ap) >=
                (int)sizeof(p->errmsg);
     va_end(ap);
-    size_t n = strlen(p->errmsg);
-    while (n > 0 && (p->errmsg[n - 1] == '\n' || p->errmsg[n - 1] == ' '))
-        p->errmsg[--n] = '\0';
-    for (char *c = p->errmsg; *c != '\0'; c++)
-        if (*c == '\n' || *c == '\t')
-            *c = ' ';
-    if (p->password == NULL || p->password[0] == '\0')
+    clean(p, p->errmsg, cut);
+}
+
+/* Notices stay out of the daemon's output. A warning from the wait for
+ * a synchronous standby (raised in syncrep.c; one that does not say where
+ * it was raised counts too) is noted: the commit it comes with reports
+ * success for a transaction the standby may never have confirmed. Other
+ * warnings (a trigger's RAISE WARNING, transaction ID wraparound coming
+ * near) say nothing about a batch's outcome: counted, the last one kept,
+ * for the operator. */
+static void on_notice(void *arg, const PGresult *r)
+{
+    struct pgstore *p = arg;
+    const char *sev = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+    if (sev == NULL || strcmp(sev, "WARNING") != 0)
         return;
-    /* Each occurrence becomes three stars (as many as it has, if fewer):
-     * never longer than it was, and searched for after the stars. */
-    size_t pn = strlen(p->password), stars = pn < 3 ? pn : 3;
-    char *at = p->errmsg, *hit;
-    while ((hit = strstr(at, p->password)) != NULL) {
-        memset(hit, '*', stars);
-        memmove(hit + stars, hit + pn, strlen(hit + pn) + 1);
-        at = hit + stars;
+    const char *file = PQresultErrorField(r, PG_DIAG_SOURCE_FILE);
+    if (file == NULL || strcmp(file, "syncrep.c") == 0) {
+        p->warned = true;
+        return;
     }
-    /* Cut short, the message may end in the password's first characters. */
-    n = strlen(p->errmsg);
-    for (size_t k = pn - 1 < n ? pn - 1 : n; cut && k > 0; k--) {
-        if (memcmp(p->errmsg + n - k, p->password, k) == 0) {
-            memset(p->errmsg + n - k, '*', k);
-            break;
-        }
-    }
+    const char *why = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+    p->warnings++;
+    clean(p, p->warning,
+          snprintf(p->warning, sizeof(p->warning), "%s",
+                   why != NULL ? why : "") >= (int)sizeof(p->warning));
+}
+
+uint64_t pgstore_warnings(struct pgstore *p, char *msg, size_t len)
+{
+    uint64_t n = p->warnings;
+    p->warnings = 0;
+    snprintf(msg, len, "%s", n > 0 ? p->warning : "");
+    return n;
 }
 
 /* Writes into p->errmsg why res failed. */

@@ -1017,14 +1017,18 @@ def test_a_cancelled_wait_for_the_standby_is_not_answered_ok():
 
 def test_a_warning_of_another_kind_changes_no_outcome():
     """Warnings other than the standby's (here a trigger's RAISE WARNING
-    on every write) leave the batch's answers as they are."""
+    on every write) leave the batch's answers as they are; they are
+    counted and logged (a line a second at most)."""
     server = harness.shared_postgres()
     name, conninfo = new_database()
-    with Leased(ttl="20s", postgres=conninfo) as d:
+    with Leased(ttl="20s", postgres=conninfo,
+                args=["--metrics-listen", "127.0.0.1:0"]) as d:
         c = d.client()
         first = c.acquire("w", "alice")
+        assert metric(d, "leased_pg_warnings_total") == 0
         server.psql("CREATE FUNCTION warn() RETURNS trigger LANGUAGE plpgsql "
-                    "AS $$ BEGIN RAISE WARNING 'noted'; RETURN NEW; END $$;"
+                    "AS $$ BEGIN RAISE WARNING 'noted: %', "
+                    "convert_from(NEW.owner, 'UTF8'); RETURN NEW; END $$;"
                     "CREATE TRIGGER warn BEFORE INSERT OR UPDATE ON "
                     "leased_leases FOR EACH ROW EXECUTE FUNCTION warn()",
                     dbname=name)
@@ -1035,6 +1039,11 @@ def test_a_warning_of_another_kind_changes_no_outcome():
         assert c.acquire("w2", "carol").token == 1
         assert server.psql("SELECT count(*) FROM leased_leases",
                            dbname=name) == "2"
+        # One warning a row written: the renewal, the release, bob's and
+        # carol's acquires.
+        assert metric(d, "leased_pg_warnings_total") == 4
+        d.wait_log(r'msg=database_warning message="noted: alice" '
+                   r'not_logged=0')
 
 
 # --- 6. Metrics -----------------------------------------------------------
