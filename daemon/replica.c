@@ -553,8 +553,12 @@ static void run_job(uv_work_t *w)
     case JOB_NONE:
         abort();
     }
+    /* A List's row callback fails with ENOMEM of its own, which the
+     * store's message does not say. */
     snprintf(sl->errmsg, sizeof(sl->errmsg), "%s",
-             sl->err != PGSTORE_OK ? pgstore_errmsg(sl->db) : "");
+             sl->err == PGSTORE_OK       ? ""
+             : sl->err == PGSTORE_ENOMEM ? "out of memory"
+                                         : pgstore_errmsg(sl->db));
 }
 
 /* --- Jobs, back on the loop -------------------------------------------- */
