@@ -174,7 +174,6 @@ static void add_array(struct params *q, struct array *a)
     add_bytes(q, (const char *)a->data, a->len);
 }
 
-
 static int64_t get_int(const PGresult *r, int row, int col)
 {
     const unsigned char *p = (const unsigned char *)PQgetvalue(r, row, col);
