@@ -474,22 +474,29 @@ static bool flush(struct slot *sl)
     return rc >= 0 && sl->connected;
 }
 
+/* Takes what sl's socket has (if read), answers the batches whose
+ * answers are all there and notes the warnings that came; a broken
+ * connection loses the batches in flight. */
+static void take_answers(struct slot *sl, bool read)
+{
+    int rc = read ? pgstore_read(sl->db) : PGSTORE_OK;
+    if (rc == PGSTORE_OK)
+        rc = drain(sl);
+    note_warnings(sl);
+    if (rc < 0)
+        lost(sl, NULL);
+}
+
 static void after_event(struct replica *r);
 
 static void on_poll(uv_poll_t *h, int status, int events)
 {
     struct slot *sl = h->data;
     struct replica *r = sl->r;
-    if (status < 0) {
+    if (status < 0)
         lost(sl, "the connection's socket failed");
-    } else if (!(events & UV_WRITABLE) || flush(sl)) {
-        int rc = events & UV_READABLE ? pgstore_read(sl->db) : PGSTORE_OK;
-        if (rc == PGSTORE_OK)
-            rc = drain(sl);
-        note_warnings(sl);
-        if (rc < 0)
-            lost(sl, NULL);
-    }
+    else if (!(events & UV_WRITABLE) || flush(sl))
+        take_answers(sl, events & UV_READABLE);
     after_event(r);
 }
 
@@ -836,8 +843,8 @@ static void give_work(struct replica *r, struct slot *sl)
         sent = true;
     /* A batch whose calls were all decided without the database (tokens
      * no row can have) is done at once if nothing is ahead of it. */
-    if (sent && sl->connected && flush(sl) && drain(sl) < 0)
-        lost(sl, NULL);
+    if (sent && sl->connected && flush(sl))
+        take_answers(sl, false);
     if (sl->connected && sl->nbatches == 0 && r->admins.head != NULL)
         give_admin(r, sl);
 }
@@ -925,16 +932,10 @@ static void on_tick(uv_timer_t *t)
     struct replica *r = t->data;
     for (size_t i = 0; i < r->nslots; i++) {
         struct slot *sl = &r->slots[i];
-        if (sl->job != JOB_NONE || sl->nbatches == 0)
-            continue;
         /* What arrived first: libuv runs timers before it polls, and an
          * answer that came in time is no missed deadline. */
-        int rc = pgstore_read(sl->db);
-        if (rc == PGSTORE_OK)
-            rc = drain(sl);
-        note_warnings(sl);
-        if (rc < 0)
-            lost(sl, NULL);
+        if (sl->job == JOB_NONE && sl->nbatches > 0)
+            take_answers(sl, true);
     }
     after_event(r);
 }

@@ -186,10 +186,16 @@ static int64_t get_int(const PGresult *r, int row, int col)
     return (int64_t)u;
 }
 
-/* buf, which vsnprintf() cut short if cut, on one line and without the
+/* Writes fmt's text into buf[0..size), on one line, without the
  * password. */
-static void clean(const struct pgstore *p, char *buf, bool cut)
+__attribute__((format(printf, 4, 5))) static void
+put_clean(const struct pgstore *p, char *buf, size_t size, const char *fmt,
+          ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
+    bool cut = vsnprintf(buf, size, fmt, ap) >= (int)size;
+    va_end(ap);
     size_t n = strlen(buf);
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
         buf[--n] = '\0';
@@ -218,16 +224,8 @@ static void clean(const struct pgstore *p, char *buf, bool cut)
 }
 
 /* Writes why into p->errmsg, on one line, without the password. */
-__attribute__((format(printf, 2, 3))) static void
-set_error(struct pgstore *p, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    bool cut = vsnprintf(p->errmsg, sizeof(p->errmsg), fmt, ap) >=
-               (int)sizeof(p->errmsg);
-    va_end(ap);
-    clean(p, p->errmsg, cut);
-}
+#define set_error(p, ...)                                                      \
+    put_clean((p), (p)->errmsg, sizeof((p)->errmsg), __VA_ARGS__)
 
 /* Notices stay out of the daemon's output. A warning from the wait for
  * a synchronous standby (raised in syncrep.c; one that does not say where
@@ -249,16 +247,16 @@ static void on_notice(void *arg, const PGresult *r)
     }
     const char *why = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
     p->warnings++;
-    clean(p, p->warning,
-          snprintf(p->warning, sizeof(p->warning), "%s",
-                   why != NULL ? why : "") >= (int)sizeof(p->warning));
+    put_clean(p, p->warning, sizeof(p->warning), "%s",
+              why != NULL ? why : "");
 }
 
 uint64_t pgstore_warnings(struct pgstore *p, char *msg, size_t len)
 {
     uint64_t n = p->warnings;
+    if (n > 0)
+        snprintf(msg, len, "%s", p->warning);
     p->warnings = 0;
-    snprintf(msg, len, "%s", n > 0 ? p->warning : "");
     return n;
 }
 

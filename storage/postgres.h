@@ -144,8 +144,9 @@ void pgstore_disconnect(struct pgstore *p);
 
 /* How many warnings that change no outcome (a trigger's, transaction ID
  * wraparound coming near) the database sent since the last call, with
- * the last one's message in msg[0..len) (without the password). Only
- * from the thread that has the connection. */
+ * the last one's message in msg[0..len) (without the password; msg is
+ * left alone when there is none). Only from the thread that has the
+ * connection. */
 uint64_t pgstore_warnings(struct pgstore *p, char *msg, size_t len);
 
 /* --- Blocking calls: only while no batch is in flight ------------------ */
