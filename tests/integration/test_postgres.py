@@ -295,15 +295,15 @@ def test_a_failed_batch_leaves_the_next_in_the_pipeline_alone():
     name, conninfo = new_database()
     with Leased(ttl="30s", postgres=conninfo,
                 args=["--postgres-connections", "1",
-                      "--postgres-timeout", "2s",
+                      "--postgres-timeout", "4s",
                       "--metrics-listen", "127.0.0.1:0"]) as d:
         c = d.client()
         held = c.acquire("locked", "alice")
         errors = metric(d, "leased_pg_errors_total")
-        # Longer than the lock timeout (3/4 of --postgres-timeout).
+        # Longer than the lock timeout (3/4 of --postgres-timeout: 3 s).
         holder = threading.Thread(target=server.psql, kwargs=dict(
             sql="BEGIN; SELECT 1 FROM leased_leases WHERE session = "
-                "'locked' FOR UPDATE; SELECT pg_sleep(3); COMMIT",
+                "'locked' FOR UPDATE; SELECT pg_sleep(5); COMMIT",
             dbname=name))
         holder.start()
 
@@ -314,12 +314,16 @@ def test_a_failed_batch_leaves_the_next_in_the_pipeline_alone():
 
         wait_for("the row locked", lambda: server.psql(
             "SELECT count(*) FROM pg_stat_activity WHERE query LIKE "
-            "'%%pg_sleep(3)%%' AND state = 'active' AND datname = '%s' "
+            "'%%pg_sleep(5)%%' AND state = 'active' AND datname = '%s' "
             "AND pid <> pg_backend_pid()" % name) == "1", 10)
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             blocked = pool.submit(status_of, c.acquire, "locked", "bob")
             wait_for("the first batch waits for the row",
                      lambda: row_lock_waiters() != "0", 10)
+            # Sent while the first still waits (its lock timeout is 3 s
+            # off), with its own deadline 4 s on: a second or more to
+            # spare on a loaded machine.
+            time.sleep(1)
             behind = pool.submit(c.acquire, "free", "carol")
             assert blocked.result(timeout=10) == UNAVAILABLE
             got = behind.result(timeout=10)
