@@ -20,7 +20,7 @@ FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
 TTL = 1.0
 
 
-def stepped_daemon():
+def stepped_daemon(ttl=TTL):
     rc = tempfile.NamedTemporaryFile("w", prefix="leased-faketime-",
                                      delete=False)
     rc.write("+0\n")
@@ -36,7 +36,7 @@ def stepped_daemon():
         "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
                         ":verify_asan_link_order=0",
     }
-    d = harness.Leased(ttl="1s", env=env,
+    d = harness.Leased(ttl="%dms" % (ttl * 1000), env=env,
                        args=["--metrics-listen", "127.0.0.1:0"])
     d.rc_path = rc.name
     return d
@@ -48,7 +48,8 @@ def step(d, offset):
 
 
 def test_forward_step_does_not_expire_leases():
-    with stepped_daemon() as d:
+    ttl = 10.0  # nothing here waits for an expiry
+    with stepped_daemon(ttl) as d:
         c = d.client()
         a = c.acquire("s", "A")
         step(d, "+1h")
@@ -61,7 +62,7 @@ def test_forward_step_does_not_expire_leases():
         # Expiry on the wire stays on the daemon's clock, not an hour on.
         assert r.expiry.seconds - a.expiry.seconds < 60, (a.expiry, r.expiry)
         fresh = c.acquire("t", "A")
-        assert abs(fresh.expiry.seconds - (time.time() + TTL)) < 30, fresh
+        assert abs(fresh.expiry.seconds - (time.time() + ttl)) < 30, fresh
 
 
 def test_steps_are_logged_and_counted():
@@ -100,7 +101,8 @@ def test_restart_with_the_clock_set_back_does_not_block_takeovers():
     clock, is capped at the end of the restart quarantine, so a dead
     holder's lease is free one TTL after the start, not an hour later. Its
     holder can still renew it meanwhile."""
-    d = stepped_daemon().start()
+    ttl = 3.0  # a quarantine that outlasts the first calls after the start
+    d = stepped_daemon(ttl).start()
     c = d.client()
     a = c.acquire("s", "A")
     c.acquire("kept", "K")
@@ -113,7 +115,7 @@ def test_restart_with_the_clock_set_back_does_not_block_takeovers():
         harness.expect_code(grpc.StatusCode.FAILED_PRECONDITION,
                             c.acquire, "s", "B")
         kept = c.acquire("kept", "K")  # its owner: still its lease
-        time.sleep(max(0.0, TTL * 1.3 - (time.monotonic() - started)))
+        time.sleep(max(0.0, ttl * 1.3 - (time.monotonic() - started)))
         assert c.renew(kept).token == kept.token
         b = c.acquire("s", "B")
         assert b.token == a.token + 1, (a.token, b.token)

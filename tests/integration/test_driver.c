@@ -110,7 +110,7 @@ TEST(tls_and_token_pass_the_conformance_suite)
 {
     make_certs();
     struct daemon_proc d;
-    CHECK(daemon_start(&d, "400ms", "--tls-cert", cert("server.pem"),
+    CHECK(daemon_start(&d, "2s", "--tls-cert", cert("server.pem"),
                        "--tls-key", cert("server.key"), "--auth-token-file",
                        cert("tokens"), NULL) == 0);
     struct lease_grpc_options o = {.tls_ca_file = cert("ca.pem"),
@@ -118,7 +118,7 @@ TEST(tls_and_token_pass_the_conformance_suite)
     struct lease_client *c;
     CHECK_EQ_I64(lease_grpc_open(d.addr, &o, &c), LEASE_OK);
     struct lease_conformance conf = {
-        .client = c, .ttl_ns = 400 * INT64_C(1000000),
+        .client = c, .ttl_ns = 2000 * INT64_C(1000000),
         .advance = real_sleep, .report = stdout, .prefix = "tls"};
     CHECK_EQ_I64(lease_conformance_run(&conf), 0);
     lease_client_destroy(c);
@@ -136,14 +136,14 @@ TEST(policy_allows_the_conformance_suite_and_denies_the_rest)
     write_file(cert("policy"), "token-1 sessions=pol- owners=*\n"
                                "narrow sessions=pol- owners=owner-\n");
     struct daemon_proc d;
-    CHECK(daemon_start(&d, "400ms", "--auth-token-file",
+    CHECK(daemon_start(&d, "2s", "--auth-token-file",
                        cert("named-tokens"), "--policy-file", cert("policy"),
                        NULL) == 0);
     struct lease_grpc_options o = {.token = "tok-123"};
     struct lease_client *c;
     CHECK_EQ_I64(lease_grpc_open(d.addr, &o, &c), LEASE_OK);
     struct lease_conformance conf = {
-        .client = c, .ttl_ns = 400 * INT64_C(1000000),
+        .client = c, .ttl_ns = 2000 * INT64_C(1000000),
         .advance = real_sleep, .report = stdout, .prefix = "pol"};
     CHECK_EQ_I64(lease_conformance_run(&conf), 0);
     struct lease l;

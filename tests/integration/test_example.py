@@ -20,15 +20,17 @@ def owner(d, session, seconds):
 
 
 def test_holds_works_and_releases():
-    with Leased(ttl="1s") as d:
-        time.sleep(1.1)
-        p = owner(d, "ex1", 2)
+    # 2 s: a renewal on a loaded machine may be late by hundreds of
+    # milliseconds without the keeper losing the lease.
+    with Leased(ttl="2s") as d:
+        time.sleep(2.1)
+        p = owner(d, "ex1", 4)
         out, _ = p.communicate(timeout=20)
         assert p.returncode == 0, out
         lines = out.splitlines()
         assert lines[0] == "held ex1 token 1"
-        # Two seconds of work across two TTLs: the keeper renewed.
-        assert lines.count("working token 1") >= 15, out
+        # Four seconds of work across two TTLs: the keeper renewed.
+        assert lines.count("working token 1") >= 30, out
         assert "lost" not in out
         # Released at the end: the next owner gets it at once.
         assert d.client().acquire("ex1", "next").token == 2
@@ -76,8 +78,10 @@ def test_a_pause_longer_than_the_ttl_loses_the_lease():
 
 
 def test_kill9_of_the_holder_frees_the_lease_after_its_ttl():
-    with Leased(ttl="1s") as d:
-        time.sleep(1.1)
+    # 3 s: still held when the test asks, however slowly the kill and a
+    # new channel go on a loaded machine.
+    with Leased(ttl="3s") as d:
+        time.sleep(3.1)
         p = owner(d, "ex4", 30)
         assert p.stdout.readline() == "held ex4 token 1\n"
         p.kill()
@@ -85,7 +89,7 @@ def test_kill9_of_the_holder_frees_the_lease_after_its_ttl():
         c = d.client()
         harness.expect_code(harness.grpc.StatusCode.FAILED_PRECONDITION,
                             c.acquire, "ex4", "next")  # until it expires
-        time.sleep(1.2)
+        time.sleep(3.2)
         assert c.acquire("ex4", "next").token == 2
 
 

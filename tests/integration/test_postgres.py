@@ -184,9 +184,11 @@ def test_a_call_waiting_for_a_busy_connection_is_answered():
                 args=["--postgres-connections", "1",
                       "--postgres-timeout", "10s",
                       "--metrics-listen", "127.0.0.1:0"]) as d:
-        c = d.client()
+        # The lock is held long enough for the three calls to get in
+        # place on a loaded machine; the client waits longer still.
+        c = harness.Client(d.channel(), timeout=15)
         c.acquire("warm", "w")
-        holder = hold_floor_lock(server, name, 2)
+        holder = hold_floor_lock(server, name, 5)
         results = {}
 
         def acquire(session):
@@ -210,7 +212,7 @@ def test_a_call_waiting_for_a_busy_connection_is_answered():
         holder.join(timeout=30)
         for t in calls:
             t.join(timeout=30)
-        # The client's deadline is 5 s: a call left behind would get
+        # The client's deadline is 15 s: a call left behind would get
         # DEADLINE_EXCEEDED.
         for session in sessions:
             got = results[session]
@@ -1099,7 +1101,9 @@ def test_garbage_collection():
     def sql(q):
         return server.psql(q, dbname=name)
 
-    with Leased(ttl="200ms", postgres=conninfo) as d:
+    # 2 s: no row is collectable before the count right after the calls,
+    # however slowly they go.
+    with Leased(ttl="2s", postgres=conninfo) as d:
         c = d.client()
         had = {}
         # One session taken over a few times: token 5.
@@ -1117,7 +1121,7 @@ def test_garbage_collection():
             had[lease.session_id] = lease.token
         assert sql("SELECT count(*) FROM leased_leases") == str(len(had))
         wait_for("rows collected", lambda: sql(
-            "SELECT count(*) FROM leased_leases") == "0", 10)
+            "SELECT count(*) FROM leased_leases") == "0", 20)
         floor = int(sql("SELECT value FROM leased_meta "
                         "WHERE key = 'token_floor'"))
         assert floor >= max(had.values()), (floor, had)
