@@ -3,9 +3,10 @@
 // golang-google-grpc-dev, against the real leased ($LEASED_BIN): on a
 // 500 ms TTL for the cases that wait out an expiry, on a 10 s one for
 // those where a lease must stay live from one call to the next (a loaded
-// machine must not expire it in between). The messages come from proto/ at run time: protoc writes a
-// descriptor set ($LEASED_PROTO_SET), read with protodesc and used with
-// dynamicpb, so no generated Go code is needed.
+// machine must not expire it in between). The messages come from proto/
+// at run time: protoc writes a descriptor set ($LEASED_PROTO_SET), read
+// with protodesc and used with dynamicpb, so no generated Go code is
+// needed.
 //
 //	conformance [-list] [CASE...]
 package main
@@ -159,7 +160,8 @@ func daemon(leaseTTL time.Duration) (*client, func() error) {
 	dir, err := os.MkdirTemp("", "leased-go-")
 	check(err)
 	cmd := exec.Command(os.Getenv("LEASED_BIN"), "--listen", "127.0.0.1:0",
-		"--data-dir", filepath.Join(dir, "data"), "--ttl", fmt.Sprintf("%dms", leaseTTL.Milliseconds()))
+		"--data-dir", filepath.Join(dir, "data"),
+		"--ttl", fmt.Sprintf("%dms", leaseTTL.Milliseconds()))
 	stderr, err := cmd.StderrPipe()
 	check(err)
 	check(cmd.Start())
