@@ -31,7 +31,11 @@ node_failure=$(tests/interop/node/install.sh) || echo "$node_failure"
 # The end of each failed test's output, shown again just before the
 # summary, where a CI log that keeps only its tail still has it.
 failures=$(mktemp)
-trap 'rm -f "$failures"' EXIT
+# The PostgreSQL tests' servers are copies of one cluster made once
+# (tests/integration/pg.py): initdb takes seconds of CPU each time.
+pg_template=$(mktemp -d)
+export LEASED_PG_TEMPLATE=$pg_template/cluster
+trap 'rm -rf "$failures" "$pg_template"' EXIT
 
 # run_suite DIR [MESON OPTIONS…] [-- MESON TEST OPTIONS…]: configure,
 # build (everything, or only the targets in $targets when it is set),

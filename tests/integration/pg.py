@@ -7,7 +7,9 @@ listens on 127.0.0.1 at a free port and on a unix socket in the directory.
 every role on the socket (psql() uses it) and `leased` over TCP
 (conninfo()); over TCP any other role must give its password (scram), so
 add_role() makes the roles that see leased refused or short of rights.
-standby() adds a streaming, by default synchronous, standby.
+standby() adds a streaming, by default synchronous, standby. With
+$LEASED_PG_TEMPLATE set, a new server's data directory is a copy of one
+cluster initdb made there once (_initdb()).
 
 faketime="+2s" (or the path of a file holding such an offset, read
 again every second, to step the clock while it runs) offsets the wall
@@ -30,6 +32,7 @@ exit, those still running are killed and the directories removed
 a timeout) does not outlive it: start servers from the main thread.
 """
 import atexit
+import fcntl
 import os
 import pwd
 import shutil
@@ -92,6 +95,39 @@ def _mkdir(name):
         for p in (_root, d):
             os.chown(p, pw.pw_uid, pw.pw_gid)
     return d
+
+
+def _initdb_into(data):
+    # --no-locale: initdb fails when LANG names a locale the machine has
+    # not generated.
+    _run(AS_POSTGRES + [BIN + "/initdb", "-D", data, "-A", "trust", "-U",
+                        "leased", "--no-sync", "-E", "UTF8", "--no-locale"])
+
+
+def _initdb(data):
+    """A new cluster in data. initdb takes seconds of CPU, so where
+    $LEASED_PG_TEMPLATE names a directory (tests/run.sh gives one for the
+    whole run), the first test to get there makes a cluster in it and
+    every server after is a copy of that one."""
+    template = os.environ.get("LEASED_PG_TEMPLATE")
+    if not template:
+        return _initdb_into(data)
+    with open(template + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(template):
+            # Made aside and renamed: a test killed midway leaves none.
+            part = template + ".part"
+            shutil.rmtree(part, True)
+            os.makedirs(part, mode=0o700)
+            if AS_POSTGRES:
+                pw = pwd.getpwnam("postgres")
+                for d in (os.path.dirname(template), part):
+                    os.chown(d, pw.pw_uid, pw.pw_gid)
+            _initdb_into(part)
+            os.rename(part, template)
+    # Owner and modes kept (postgres refuses a data directory others can
+    # read).
+    _run(["cp", "-a", template, data])
 
 
 def _cleanup():
@@ -157,11 +193,7 @@ class Postgres:
         assert self.proc is None, f"{self.name} is running"
         fresh = not os.path.exists(os.path.join(self.data, "PG_VERSION"))
         if fresh:
-            # --no-locale: initdb fails when LANG names a locale the
-            # machine has not generated.
-            _run(AS_POSTGRES + [BIN + "/initdb", "-D", self.data, "-A",
-                                "trust", "-U", "leased", "--no-sync",
-                                "-E", "UTF8", "--no-locale"])
+            _initdb(self.data)
             with open(os.path.join(self.data, "pg_hba.conf"), "w") as f:
                 f.write(HBA)
         tries = 3 if fresh else 1
