@@ -67,18 +67,19 @@ def test_import_keeps_owners_tokens_and_the_floor():
 
 def test_import_quarantine_ends():
     # The quarantine runs from the import for one TTL: long enough for a
-    # replica to start under a sanitizer on a busy machine.
+    # replica to start under a sanitizer on a busy machine (several
+    # seconds, with other tests beside it).
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "data")
-        with Leased(data_dir=data, ttl="3s", postgres=None) as old:
+        with Leased(data_dir=data, ttl="6s", postgres=None) as old:
             old.client().acquire("s", "alice")
         conninfo = harness.fresh_database()
-        rc, log = importer(data, conninfo, ttl="3s").run_to_exit()
+        rc, log = importer(data, conninfo, ttl="6s").run_to_exit()
         assert rc == 0 and "leases=1" in log, log
-        with Leased(ttl="3s", postgres=conninfo) as new:
+        with Leased(ttl="6s", postgres=conninfo) as new:
             c = new.client()
             expect_code(HELD, c.acquire, "s", "bob")
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 15
             while harness.status_of(c.acquire, "s", "bob") == HELD:
                 assert time.monotonic() < deadline, "quarantine never ended"
                 time.sleep(0.05)

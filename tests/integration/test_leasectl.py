@@ -485,8 +485,10 @@ def test_hold_keeps_renewing_and_a_second_holder_waits():
 
 
 def test_hold_stops_the_command_when_the_lease_is_lost():
-    with Leased(ttl="1s") as d:
-        time.sleep(1.1)
+    # 2 s: hold's acquire is answered with most of the lease left, however
+    # slow the machine.
+    with Leased(ttl="2s") as d:
+        time.sleep(2.1)  # past the restart quarantine
         # Stopped once its command runs, that is once it holds the lease
         # (not after a fixed wait: a loaded machine starts it later).
         started = os.path.join(d.data_dir, "started")
@@ -494,7 +496,7 @@ def test_hold_stops_the_command_when_the_lease_is_lost():
                  'touch "$1"; exec sleep 60', "sh", started)
         d.wait_file(started)
         p.send_signal(signal.SIGSTOP)  # leasectl cannot renew now
-        time.sleep(1.5)
+        time.sleep(3)  # a TTL, and a second for a renewal in flight
         taken = ctl_json(d, "acquire", "h3", "--owner", "b")
         assert taken["token"] == 2
         p.send_signal(signal.SIGCONT)
