@@ -22,7 +22,8 @@ export TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp"
 # Tests at three per core: most of them wait (for a lease to run out, a
 # daemon to restart, a PostgreSQL server to start), and at meson's
 # default of one per core the machine sat idle three quarters of the
-# time. The fuzz suite, which only computes, keeps one per core.
+# time. The fuzzing stage (build-fuzz), which only computes, keeps one
+# per core.
 jobs=$((3 * $(nproc)))
 passed=0
 failed=0
