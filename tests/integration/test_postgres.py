@@ -377,26 +377,30 @@ def test_admin_calls_and_collection_take_turns_with_a_steady_load():
     after each."""
     server = harness.shared_postgres()
     name, conninfo = new_database()
-    with Leased(ttl="1s", postgres=conninfo,
+    # A TTL long enough for the leases below to be renewed in time in a
+    # sanitizer build under the load (a lease is collected two TTLs after
+    # its last renewal), short enough for the released rows to be
+    # collected well within the load: between one and two TTLs after
+    # their release, with a collection every TTL.
+    with Leased(ttl="3s", postgres=conninfo,
                 args=["--postgres-connections", "1",
                       "--metrics-listen", "127.0.0.1:0"]) as d:
         c = d.client()
-        for i in range(20):  # released: collected a TTL later
+        for i in range(20):
             c.release(c.acquire("gone-%d" % i, "x"))
         held = c.acquire("admin-held", "owner")
-        # One session per slot, renewed at each of its turns: none goes
-        # two TTLs without a renewal (and is collected) however slow a
-        # build makes the calls; with four, picked at random, one in a
-        # sanitizer build sometimes did.
+        # One session per slot, renewed at each of its turns (with four,
+        # picked at random, one sometimes went two TTLs without).
         load = subprocess.Popen(
             [os.environ["LEASEBENCH_BIN"], "--target", "leased://" + d.addr,
              "--workload", "renew", "--sessions", "64", "--concurrency",
-             "64", "--duration", "4s", "--warmup", "0s", "--json"],
+             "64", "--duration", "12s", "--warmup", "0s", "--json"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             wait_for("the load running", lambda: metric(
                 d, "leased_pg_batch_calls_sum") > 1000, 10)
             admin = 0
+            collected = False  # the released rows, while the load ran
             while load.poll() is None:
                 # Each within the client's 5 s deadline.
                 assert c.get("admin-held").owner == "owner"
@@ -404,6 +408,11 @@ def test_admin_calls_and_collection_take_turns_with_a_steady_load():
                 assert len(c.list(prefix="admin-").leases) == 1
                 admin += 3
                 held = c.renew(held)
+                if not collected:
+                    left = server.psql("SELECT count(*) FROM leased_leases "
+                                       "WHERE session LIKE 'gone-%'",
+                                       dbname=name)
+                    collected = left == "0" and load.poll() is None
             out, err = load.communicate(timeout=60)
         finally:
             if load.poll() is None:
@@ -412,8 +421,7 @@ def test_admin_calls_and_collection_take_turns_with_a_steady_load():
         assert load.returncode == 0, (out, err)
         assert json.loads(out)["errors"] == 0, out
         assert admin >= 30, admin
-        assert server.psql("SELECT count(*) FROM leased_leases WHERE "
-                           "session LIKE 'gone-%'", dbname=name) == "0"
+        assert collected, "the released rows outlived the load"
         assert metric(d, "leased_pg_errors_total") == 0
 
 
