@@ -1008,10 +1008,21 @@ def test_a_cancelled_wait_for_the_standby_is_not_answered_ok():
                 args=["--postgres-timeout", "20s"]) as d:
         c = d.client()
         held = c.acquire("s1", "alice")
-        # A standby that never comes: every commit waits for it.
+        # A standby that never comes: every commit waits for it, once the
+        # checkpointer has read the setting after the reload (it tells
+        # the backends that a standby is wanted). Until a commit of
+        # psql's waits, one of leased's might not.
         server.psql("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
         server.psql("SELECT pg_reload_conf()")
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            probe = pool.submit(server.psql, "CREATE TABLE probe ()",
+                                application_name="probe")
+            probing = "FROM pg_stat_activity WHERE application_name = " \
+                      "'probe' AND wait_event = 'SyncRep'"
+            wait_for("psql's commit waiting for the standby",
+                     lambda: server.psql("SELECT pid " + probing) != "", 10)
+            server.psql("SELECT pg_cancel_backend(pid) " + probing)
+            probe.result(timeout=10)
             call = pool.submit(status_of, c.acquire, "s2", "bob")
             waiting = "SELECT pid FROM pg_stat_activity WHERE " \
                       "application_name = 'leased' AND wait_event = 'SyncRep'"
