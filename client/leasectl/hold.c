@@ -30,16 +30,23 @@
  * user exclude each other as two flock(1)s do. CMD's LEASE_OWNER makes a
  * `leasectl renew SESSION` within it act as the holder.
  *
- * Threads: the keeper renews on its own; this one waits for CMD. Each
- * event (CMD exited, a signal to pass on, the lease lost) sets a flag and
- * writes a byte to a pipe this thread polls: the signal handlers, on
- * whatever thread the kernel picks, and the keeper's callbacks, on its
- * thread. Only this thread signals CMD. One hold per process: the
- * handlers need their state at file scope.
+ * Threads: the keeper renews on its own; the main one waits for CMD; and
+ * one, started before any other (hold_block_signals), takes SIGTERM,
+ * SIGINT, SIGHUP and SIGCHLD with sigwaitinfo, every other thread
+ * blocking them. (A handler would run on whatever thread the kernel
+ * picks, gRPC's included, and a ThreadSanitizer build defers it while
+ * that thread sleeps in a library: a signal to pass on could wait
+ * forever.) Each event (CMD exited, a signal to pass on, the lease lost)
+ * sets a flag and writes a byte to a pipe the main thread polls: the
+ * signal thread, and the keeper's callbacks on its thread. Only the main
+ * thread signals CMD. Before CMD runs, those signals do to leasectl
+ * what they would without hold. One hold per process: the state is at
+ * file scope.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
@@ -54,27 +61,72 @@
 #define NFORWARDED 3
 static const int forwarded[NFORWARDED] = {SIGTERM, SIGINT, SIGHUP};
 
+static sigset_t caught;                 /* forwarded and SIGCHLD */
+static sigset_t mask_before;            /* CMD starts with it */
 static atomic_int wake_fd = -1;         /* the pipe's write end */
+static atomic_bool forwarding;          /* signals go to CMD from now */
 static atomic_bool pending[NFORWARDED]; /* to pass on to CMD */
 static atomic_bool lost;                /* the keeper said so */
 
-/* Wakes hold's loop; async-signal-safe. */
+/* Wakes hold's loop. */
 static void wake(void)
 {
-    int saved = errno;
     char byte = 0;
     /* Full (EAGAIN): a wake-up is pending anyway. */
     ssize_t n = write(atomic_load(&wake_fd), &byte, 1);
     (void)n;
-    errno = saved;
 }
 
-static void on_signal(int sig)
+/* The signal thread. */
+static void *take_signals(void *arg)
 {
+    (void)arg;
+    for (;;) {
+        int sig = sigwaitinfo(&caught, NULL);
+        if (sig < 0)
+            continue; /* EINTR */
+        if (!atomic_load(&forwarding)) {
+            if (sig == SIGCHLD)
+                continue;
+            /* No CMD yet: what the signal would do without hold (its
+             * disposition is leasectl's own: the default ends it, and
+             * one ignored, as under nohup, stays ignored). */
+            sigset_t one;
+            sigemptyset(&one);
+            sigaddset(&one, sig);
+            pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+            raise(sig);
+            pthread_sigmask(SIG_BLOCK, &one, NULL);
+            continue;
+        }
+        for (int i = 0; i < NFORWARDED; i++)
+            if (forwarded[i] == sig)
+                atomic_store(&pending[i], true);
+        wake(); /* SIGCHLD too */
+    }
+    return NULL;
+}
+
+int hold_block_signals(void)
+{
+    sigemptyset(&caught);
     for (int i = 0; i < NFORWARDED; i++)
-        if (forwarded[i] == sig)
-            atomic_store(&pending[i], true);
-    wake(); /* SIGCHLD too */
+        sigaddset(&caught, forwarded[i]);
+    sigaddset(&caught, SIGCHLD);
+    int err = pthread_sigmask(SIG_BLOCK, &caught, &mask_before);
+    pthread_attr_t attr;
+    if (err == 0)
+        err = pthread_attr_init(&attr);
+    if (err != 0)
+        return err;
+    pthread_t t;
+    err = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (err == 0)
+        err = pthread_create(&t, &attr, take_signals, NULL);
+    pthread_attr_destroy(&attr);
+    if (err != 0)
+        pthread_sigmask(SIG_SETMASK, &mask_before, NULL);
+    return err;
 }
 
 /* The keeper's callbacks, on its thread. */
@@ -100,18 +152,6 @@ static void on_trouble(void *arg, const struct lease *l, int err,
     fprintf(stderr, "leasectl: hold: renew: %s\n", why);
 }
 
-static void catch_signals(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < NFORWARDED; i++)
-        sigaction(forwarded[i], &sa, NULL);
-    sigaction(SIGCHLD, &sa, NULL);
-}
-
 /* "NAME=value" in memory of its own; NULL when out of memory. */
 static char *env_entry(const char *name, const char *value)
 {
@@ -133,8 +173,8 @@ static bool is_lease_var(const char *e)
 }
 
 /* Starts cmd (borrowed) with l's LEASE_SESSION, LEASE_OWNER and
- * LEASE_TOKEN over our environment, and SIGTERM, SIGINT and SIGHUP at
- * their defaults. posix_spawnp, not fork: other threads (the keeper's,
+ * LEASE_TOKEN over our environment, SIGTERM, SIGINT and SIGHUP at their
+ * defaults and leasectl's signal mask from before hold. posix_spawnp, not fork: other threads (the keeper's,
  * gRPC's) run meanwhile. Returns 0 with *pid, or an errno. */
 static int start(const struct lease *l, char **cmd, pid_t *pid)
 {
@@ -168,7 +208,10 @@ static int start(const struct lease *l, char **cmd, pid_t *pid)
         sigaddset(&defaults, forwarded[i]);
     err = posix_spawnattr_setsigdefault(&attr, &defaults);
     if (err == 0)
-        err = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+        err = posix_spawnattr_setsigmask(&attr, &mask_before);
+    if (err == 0)
+        err = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF |
+                                                  POSIX_SPAWN_SETSIGMASK);
     if (err == 0)
         err = posix_spawnp(pid, cmd[0], NULL, &attr, cmd, env);
     posix_spawnattr_destroy(&attr);
@@ -262,8 +305,8 @@ int ctl_hold(struct ctl *c)
     }
     shorten_calls(c, ttl_ns);
 
-    /* The pipe and the handlers stay until leasectl exits, a moment after
-     * this returns: a late signal only writes to the pipe. */
+    /* The pipe and the signal thread stay until leasectl exits, a moment
+     * after this returns: a late signal only writes to the pipe. */
     int fds[2];
     if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
         fprintf(stderr, "leasectl: hold: pipe: %s\n", strerror(errno));
@@ -281,7 +324,7 @@ int ctl_hold(struct ctl *c)
         lease_release(c->client, &l);
         return code;
     }
-    catch_signals();
+    atomic_store(&forwarding, true);
 
     pid_t child;
     int code;

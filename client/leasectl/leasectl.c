@@ -569,6 +569,12 @@ int main(int argc, char **argv)
     }
     char why[512];
     c.opts = o;
+    int err = a->cmd == CTL_HOLD ? hold_block_signals() : 0;
+    if (err != 0) {
+        fprintf(stderr, "leasectl: hold: starting a thread: %s\n",
+                strerror(err));
+        return EXIT_FAILED;
+    }
     if (lease_grpc_open(a->url, &o, &c.client) != LEASE_OK)
         return ctl_fail(LEASE_EINVAL, c.cmd);
     if (conn_open(&c.conn, a->url, &o, why, sizeof(why)) != LEASE_OK) {

@@ -126,6 +126,11 @@ void ctl_print_lease(const struct ctl *c, const struct lease *l);
 int ctl_acquire(struct ctl *c, const char *session, const char *owner,
                 int64_t wait_ns, struct lease *out);
 
+/* For hold, before any other thread starts (they inherit the mask):
+ * blocks SIGTERM, SIGINT, SIGHUP and SIGCHLD and starts the thread that
+ * takes them. Returns 0 or an errno. */
+int hold_block_signals(void);
+
 /* `leasectl hold SESSION [--owner O] [--wait D] [--grace D] [--ttl D] --
  * CMD ARGS…`, as c->args has it. Returns the exit code. */
 int ctl_hold(struct ctl *c);

@@ -754,6 +754,33 @@ def test_hold_passes_signals_on_to_the_command():
             assert ctl(d, "get", session)[0] == NOT_FOUND
 
 
+def test_hold_signalled_before_the_command_runs():
+    """While hold waits for the lease (--wait), a signal does what it
+    would to any program: SIGTERM ends leasectl and the command never
+    runs; SIGHUP, ignored as under nohup, stays ignored, and the command
+    runs once the lease is free."""
+    with Leased(ttl="30s") as d, tempfile.TemporaryDirectory() as tmp:
+        other = ctl_json(d, "acquire", "busy", "--owner", "other")
+        ran = os.path.join(tmp, "ran")
+        p = hold(d, "busy", "--wait", "60s", "--", "/usr/bin/touch", ran)
+        time.sleep(1)  # in its wait (before it, the same must happen)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10) == -signal.SIGTERM, p.stderr.read()
+        assert not os.path.exists(ran)
+
+        p = hold(d, "busy", "--wait", "60s", "--", "/usr/bin/touch", ran,
+                 preexec_fn=lambda: signal.signal(signal.SIGHUP,
+                                                  signal.SIG_IGN))
+        time.sleep(1)
+        p.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        assert p.poll() is None, p.stderr.read()
+        assert ctl(d, "release", "busy", "--owner", "other", "--token",
+                   str(other["token"]))[0] == 0
+        assert p.wait(timeout=30) == 0, p.stderr.read()
+        assert os.path.exists(ran)
+
+
 def test_hold_leaves_what_follows_dashdash_to_the_command():
     """leasectl's options and hold's may come around SESSION; after --,
     every word is CMD's, options of leasectl's or not."""
