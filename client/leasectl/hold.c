@@ -114,16 +114,17 @@ int hold_block_signals(void)
         sigaddset(&caught, forwarded[i]);
     sigaddset(&caught, SIGCHLD);
     int err = pthread_sigmask(SIG_BLOCK, &caught, &mask_before);
-    pthread_attr_t attr;
-    if (err == 0)
-        err = pthread_attr_init(&attr);
     if (err != 0)
         return err;
-    pthread_t t;
-    err = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (err == 0)
-        err = pthread_create(&t, &attr, take_signals, NULL);
-    pthread_attr_destroy(&attr);
+    pthread_attr_t attr;
+    err = pthread_attr_init(&attr);
+    if (err == 0) {
+        pthread_t t;
+        err = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (err == 0)
+            err = pthread_create(&t, &attr, take_signals, NULL);
+        pthread_attr_destroy(&attr);
+    }
     if (err != 0)
         pthread_sigmask(SIG_SETMASK, &mask_before, NULL);
     return err;
@@ -174,8 +175,9 @@ static bool is_lease_var(const char *e)
 
 /* Starts cmd (borrowed) with l's LEASE_SESSION, LEASE_OWNER and
  * LEASE_TOKEN over our environment, SIGTERM, SIGINT and SIGHUP at their
- * defaults and leasectl's signal mask from before hold. posix_spawnp, not fork: other threads (the keeper's,
- * gRPC's) run meanwhile. Returns 0 with *pid, or an errno. */
+ * defaults, and leasectl's signal mask from before hold. posix_spawnp,
+ * not fork: other threads (the keeper's, gRPC's) run meanwhile. Returns
+ * 0 with *pid, or an errno. */
 static int start(const struct lease *l, char **cmd, pid_t *pid)
 {
     char token[32];
