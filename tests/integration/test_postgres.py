@@ -1014,22 +1014,23 @@ def test_a_cancelled_wait_for_the_standby_is_not_answered_ok():
         # psql's waits, one of leased's might not.
         server.psql("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
         server.psql("SELECT pg_reload_conf()")
+        # The sessions of one application_name whose commit waits.
+        syncrep = "FROM pg_stat_activity WHERE application_name = '%s' " \
+                  "AND wait_event = 'SyncRep'"
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             probe = pool.submit(server.psql, "CREATE TABLE probe ()",
                                 application_name="probe")
-            probing = "FROM pg_stat_activity WHERE application_name = " \
-                      "'probe' AND wait_event = 'SyncRep'"
             wait_for("psql's commit waiting for the standby",
-                     lambda: server.psql("SELECT pid " + probing) != "", 10)
-            server.psql("SELECT pg_cancel_backend(pid) " + probing)
+                     lambda: server.psql("SELECT pid " + syncrep % "probe")
+                     != "", 10)
+            server.psql("SELECT pg_cancel_backend(pid) " + syncrep % "probe")
             probe.result(timeout=10)
             call = pool.submit(status_of, c.acquire, "s2", "bob")
-            waiting = "SELECT pid FROM pg_stat_activity WHERE " \
-                      "application_name = 'leased' AND wait_event = 'SyncRep'"
             wait_for("a commit waiting for the standby",
-                     lambda: server.psql(waiting) != "", 10)
+                     lambda: server.psql("SELECT pid " + syncrep % "leased")
+                     != "", 10)
             assert not call.done()
-            server.psql("SELECT pg_cancel_backend(pid) FROM (%s) w" % waiting)
+            server.psql("SELECT pg_cancel_backend(pid) " + syncrep % "leased")
             assert call.result(timeout=10) == UNAVAILABLE
         assert "synchronous standby" in d.log_text()
         server.psql("ALTER SYSTEM RESET synchronous_standby_names")
