@@ -132,6 +132,21 @@ int lease_renew(struct lease_client *c, const struct lease *cur,
                   errmsg);
 }
 
+int lease_renew_until(struct lease_client *c, const struct lease *cur,
+                      int64_t deadline_ns, struct lease *out)
+{
+    if (c->backend->renew_until == NULL)
+        return lease_renew(c, cur, out);
+    int err = check_lease(cur);
+    if (err != LEASE_OK)
+        return err;
+    struct lease copy = *cur; /* out may be cur */
+    char errmsg[256] = "";
+    return finish(c->backend->renew_until(c->impl, &copy, deadline_ns, out,
+                                          errmsg, sizeof(errmsg)),
+                  errmsg);
+}
+
 int lease_release(struct lease_client *c, const struct lease *cur)
 {
     int err = check_lease(cur);
@@ -144,7 +159,7 @@ int lease_release(struct lease_client *c, const struct lease *cur)
 
 int client_fill(struct lease *out, const char *session_id, size_t session_len,
                 const char *owner, size_t owner_len, uint64_t token,
-                int64_t expiry_ns)
+                int64_t expiry_ns, int64_t ttl_ns)
 {
     if (session_len > LEASE_SESSION_MAX || owner_len > LEASE_OWNER_MAX)
         return LEASE_EUNAVAILABLE;
@@ -154,5 +169,6 @@ int client_fill(struct lease *out, const char *session_id, size_t session_len,
     out->owner[owner_len] = '\0';
     out->token = token;
     out->expiry_ns = expiry_ns;
+    out->ttl_ns = ttl_ns;
     return LEASE_OK;
 }

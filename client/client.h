@@ -15,6 +15,6 @@ int client_fail(int err, const char *fmt, ...)
  * LEASE_EUNAVAILABLE when a string is over its limit (a broken server). */
 int client_fill(struct lease *out, const char *session_id, size_t session_len,
                 const char *owner, size_t owner_len, uint64_t token,
-                int64_t expiry_ns);
+                int64_t expiry_ns, int64_t ttl_ns);
 
 #endif

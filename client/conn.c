@@ -239,13 +239,15 @@ static gpr_timespec deadline_in(int64_t end_ms, int64_t slice_ms)
                         gpr_time_from_millis(until - now, GPR_TIMESPAN));
 }
 
-grpc_status_code conn_call(struct conn *c, const char *path,
+grpc_status_code conn_call(struct conn *c, const char *path, int64_t end_ns,
                            const ProtobufCMessage *req,
                            const ProtobufCMessageDescriptor *desc,
-                           ProtobufCMessage **resp, char *details,
-                           size_t details_len)
+                           ProtobufCMessage **resp, int64_t *ttl_ns,
+                           char *details, size_t details_len)
 {
     int64_t end = mono_ms() + c->timeout_ms;
+    if (end_ns > 0 && end_ns / 1000000 < end)
+        end = end_ns / 1000000;
     size_t first = atomic_load(&c->current);
     const grpc_metadata *md = c->has_token ? &c->auth : NULL;
     /* First every target at once, failing fast: a live one answers, or
@@ -261,7 +263,7 @@ grpc_status_code conn_call(struct conn *c, const char *path,
         int64_t slice = c->timeout_ms / (share ? (int64_t)c->ntargets : 1);
         grpc_status_code status =
             unary_call(c->channels[t], path, md, c->has_token, false, req,
-                       desc, deadline_in(end, slice), resp, details,
+                       desc, deadline_in(end, slice), resp, ttl_ns, details,
                        details_len);
         if (status != GRPC_STATUS_UNAVAILABLE &&
             !(share && status == GRPC_STATUS_DEADLINE_EXCEEDED)) {
@@ -285,7 +287,8 @@ grpc_status_code conn_call(struct conn *c, const char *path,
             size_t t = (first + k) % c->ntargets;
             grpc_status_code status = unary_call(
                 c->channels[t], path, md, c->has_token, true, req, desc,
-                deadline_in(end, WAIT_SLICE_MS), resp, details, details_len);
+                deadline_in(end, WAIT_SLICE_MS), resp, ttl_ns, details,
+                details_len);
             if (status != GRPC_STATUS_UNAVAILABLE &&
                 status != GRPC_STATUS_DEADLINE_EXCEEDED) {
                 if (t != first)
@@ -329,7 +332,8 @@ bool conn_reachable(struct conn *c, int64_t timeout_ms, char *why,
         grpc_status_code status = unary_call(
             c->channels[t], "/grpc.health.v1.Health/Check", NULL, 0, false,
             &req.base, &grpc__health__v1__health_check_response__descriptor,
-            deadline_in(end, timeout_ms), &resp, details, sizeof(details));
+            deadline_in(end, timeout_ms), &resp, NULL, details,
+            sizeof(details));
         if (resp != NULL)
             protobuf_c_message_free_unpacked(resp, NULL);
         /* A server's own UNAVAILABLE (draining) came over a connection. */

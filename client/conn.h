@@ -61,15 +61,16 @@ bool conn_wait_shutdown(int timeout_ms);
 bool conn_reachable(struct conn *c, int64_t timeout_ms, char *why,
                     size_t len);
 
-/* One unary call within the timeout: while targets answer UNAVAILABLE
+/* One unary call within the timeout, or until end_ns (CLOCK_MONOTONIC)
+ * if that comes first (0: no such end): while targets answer UNAVAILABLE
  * (or, not connected yet, nothing within their share of the timeout),
  * the next one; when all did, rounds of waiting a little for each to
- * connect, at most ten a second, until the timeout (then UNAVAILABLE
- * with the first reason); as unary_call() otherwise. */
-grpc_status_code conn_call(struct conn *c, const char *path,
+ * connect, at most ten a second, until the end (then UNAVAILABLE with
+ * the first reason); as unary_call() otherwise (ttl_ns may be NULL). */
+grpc_status_code conn_call(struct conn *c, const char *path, int64_t end_ns,
                            const ProtobufCMessage *req,
                            const ProtobufCMessageDescriptor *desc,
-                           ProtobufCMessage **resp, char *details,
-                           size_t details_len);
+                           ProtobufCMessage **resp, int64_t *ttl_ns,
+                           char *details, size_t details_len);
 
 #endif

@@ -189,7 +189,7 @@ static int decide(const struct files *f, struct record *r,
     *write = true;
     if (c->out != NULL)
         client_fill(c->out, r->session, strlen(r->session), r->owner,
-                    strlen(r->owner), r->token, r->expiry_ns);
+                    strlen(r->owner), r->token, r->expiry_ns, f->ttl_ns);
     return LEASE_OK;
 }
 

@@ -45,15 +45,20 @@ static int status_error(grpc_status_code code)
     }
 }
 
-/* One unary call: sends req, and on OK unpacks the reply with desc into
- * *resp (free with protobuf_c_message_free_unpacked). */
-static int call(struct driver *d, enum method m, const ProtobufCMessage *req,
+/* One unary call, ending by end_ns (CLOCK_MONOTONIC; 0: the timeout's
+ * end): sends req, and on OK unpacks the reply with desc into *resp
+ * (free with protobuf_c_message_free_unpacked) and the TTL the server
+ * said into *ttl_ns (0: none; ttl_ns may be NULL). */
+static int call(struct driver *d, enum method m, int64_t end_ns,
+                const ProtobufCMessage *req,
                 const ProtobufCMessageDescriptor *desc,
-                ProtobufCMessage **resp, char *errmsg, size_t len)
+                ProtobufCMessage **resp, int64_t *ttl_ns, char *errmsg,
+                size_t len)
 {
     char details[256];
-    grpc_status_code status = conn_call(&d->conn, d->paths[m], req, desc,
-                                        resp, details, sizeof(details));
+    grpc_status_code status =
+        conn_call(&d->conn, d->paths[m], end_ns, req, desc, resp, ttl_ns,
+                  details, sizeof(details));
     int err = status_error(status);
     if (err != LEASE_OK)
         snprintf(errmsg, len, "%s (%s)",
@@ -62,9 +67,10 @@ static int call(struct driver *d, enum method m, const ProtobufCMessage *req,
     return err;
 }
 
-/* Copies the lease of a LeaseResponse into *out. */
-static int take_lease(ProtobufCMessage *resp, struct lease *out,
-                      char *errmsg, size_t len)
+/* Copies the lease of a LeaseResponse, with the TTL said beside it, into
+ * *out. */
+static int take_lease(ProtobufCMessage *resp, int64_t ttl_ns,
+                      struct lease *out, char *errmsg, size_t len)
 {
     Mecatl__Driver__V1__LeaseResponse *r =
         (Mecatl__Driver__V1__LeaseResponse *)resp;
@@ -74,8 +80,8 @@ static int take_lease(ProtobufCMessage *resp, struct lease *out,
         snprintf(errmsg, len, "reply without a lease");
     else if (client_fill(out, l->session_id, strlen(l->session_id), l->owner,
                          strlen(l->owner), l->token,
-                         l->expiry->seconds * 1000000000 +
-                             l->expiry->nanos) != LEASE_OK)
+                         l->expiry->seconds * 1000000000 + l->expiry->nanos,
+                         ttl_ns) != LEASE_OK)
         snprintf(errmsg, len, "reply lease over the size limits");
     else
         err = LEASE_OK;
@@ -105,14 +111,16 @@ static int drv_acquire(void *impl, const char *session_id, const char *owner,
     req.session_id = (char *)session_id;
     req.owner = (char *)owner;
     ProtobufCMessage *resp;
-    int err = call(impl, M_ACQUIRE, &req.base,
+    int64_t ttl_ns;
+    int err = call(impl, M_ACQUIRE, 0, &req.base,
                    &mecatl__driver__v1__lease_response__descriptor, &resp,
-                   errmsg, len);
-    return err == LEASE_OK ? take_lease(resp, out, errmsg, len) : err;
+                   &ttl_ns, errmsg, len);
+    return err == LEASE_OK ? take_lease(resp, ttl_ns, out, errmsg, len) : err;
 }
 
-static int drv_renew(void *impl, const struct lease *cur, struct lease *out,
-                     char *errmsg, size_t len)
+static int drv_renew_until(void *impl, const struct lease *cur,
+                           int64_t deadline_ns, struct lease *out,
+                           char *errmsg, size_t len)
 {
     Mecatl__Driver__V1__Lease lease;
     Google__Protobuf__Timestamp ts;
@@ -121,10 +129,17 @@ static int drv_renew(void *impl, const struct lease *cur, struct lease *out,
         MECATL__DRIVER__V1__RENEW_REQUEST__INIT;
     req.lease = &lease;
     ProtobufCMessage *resp;
-    int err = call(impl, M_RENEW, &req.base,
+    int64_t ttl_ns;
+    int err = call(impl, M_RENEW, deadline_ns, &req.base,
                    &mecatl__driver__v1__lease_response__descriptor, &resp,
-                   errmsg, len);
-    return err == LEASE_OK ? take_lease(resp, out, errmsg, len) : err;
+                   &ttl_ns, errmsg, len);
+    return err == LEASE_OK ? take_lease(resp, ttl_ns, out, errmsg, len) : err;
+}
+
+static int drv_renew(void *impl, const struct lease *cur, struct lease *out,
+                     char *errmsg, size_t len)
+{
+    return drv_renew_until(impl, cur, 0, out, errmsg, len);
 }
 
 static int drv_release(void *impl, const struct lease *cur, char *errmsg,
@@ -137,9 +152,9 @@ static int drv_release(void *impl, const struct lease *cur, char *errmsg,
         MECATL__DRIVER__V1__RELEASE_REQUEST__INIT;
     req.lease = &lease;
     ProtobufCMessage *resp;
-    int err = call(impl, M_RELEASE, &req.base,
+    int err = call(impl, M_RELEASE, 0, &req.base,
                    &mecatl__driver__v1__release_response__descriptor, &resp,
-                   errmsg, len);
+                   NULL, errmsg, len);
     if (err == LEASE_OK)
         protobuf_c_message_free_unpacked(resp, NULL);
     return err;
@@ -157,6 +172,7 @@ static const struct lease_backend grpc_backend = {
     .renew = drv_renew,
     .release = drv_release,
     .destroy = drv_destroy,
+    .renew_until = drv_renew_until,
 };
 
 int lease_grpc_open(const char *target, const struct lease_grpc_options *opts,

@@ -71,7 +71,14 @@ struct lease {
     char session_id[LEASE_SESSION_MAX + 1]; /* NUL-terminated */
     char owner[LEASE_OWNER_MAX + 1];        /* NUL-terminated */
     uint64_t token;    /* fencing token: >= 1, rises on every takeover */
-    int64_t expiry_ns; /* wall clock, ns since the Unix epoch */
+    int64_t expiry_ns; /* the service's wall clock, ns since the epoch */
+    /* The lifetime the service gave this grant, counted from when it
+     * decided it (after the call was sent), as the service said it; 0
+     * when it did not say (a server of Mecatl's protocol other than
+     * leased). Unlike expiry_ns, it needs no agreement of clocks: the
+     * lease lasts at least until the call's send time plus ttl_ns on the
+     * caller's own clock (less lease_margin_min() for the clocks' rates). */
+    int64_t ttl_ns;
 };
 
 struct lease_client;
@@ -88,6 +95,24 @@ int lease_acquire(struct lease_client *c, const char *session_id,
  * an expired lease nobody took over. LEASE_EHELD: ownership is lost. */
 int lease_renew(struct lease_client *c, const struct lease *cur,
                 struct lease *out);
+
+/* As lease_renew, but gives up at deadline_ns (CLOCK_MONOTONIC) when that
+ * comes before the client's own timeout: LEASE_EDEADLINE then, the
+ * outcome unknown. A holder calls this with the time its lease is
+ * trusted until, so that no renewal waits past it. A backend without
+ * renew_until (one of your own) runs its renew, which cannot be cut
+ * short. */
+int lease_renew_until(struct lease_client *c, const struct lease *cur,
+                      int64_t deadline_ns, struct lease *out);
+
+/* The least a holder takes off its lease's lifetime (ttl_ns) to get its
+ * local deadline: 1 % of the TTL for the rates of two hosts' clocks (a
+ * working clock is off by far less than that), and at least 10 ms, for a
+ * holder that wakes a little late. */
+static inline int64_t lease_margin_min(int64_t ttl_ns)
+{
+    return ttl_ns / 100 > 10000000 ? ttl_ns / 100 : 10000000;
+}
 
 /* Frees *cur if owner and token still match; otherwise does nothing and
  * still returns LEASE_OK (release is idempotent). */
@@ -177,6 +202,11 @@ struct lease_backend {
     int (*release)(void *impl, const struct lease *cur, char *errmsg,
                    size_t len);
     void (*destroy)(void *impl); /* may be NULL */
+    /* renew, giving up at deadline_ns (CLOCK_MONOTONIC) if its own
+     * timeout ends later (lease_renew_until). May be NULL: renew then. */
+    int (*renew_until)(void *impl, const struct lease *cur,
+                       int64_t deadline_ns, struct lease *out, char *errmsg,
+                       size_t len);
 };
 
 /* Wraps a backend (borrowed; it must outlive the client) and its impl
@@ -191,34 +221,55 @@ struct lease_client *lease_client_create(const struct lease_backend *backend,
  * a random tenth, so that many keepers do not renew in step), says when
  * it is lost or the service is in trouble, and releases it on stop.
  *
- * The lease is trusted until its local deadline: the send time of the
- * last successful renewal (or the acquire) plus the TTL, less a margin.
- * Between renewals, lease_keeper_valid() is that check; act on the
- * session only while it says true. */
+ * The deadline rule: the lease is trusted until its local deadline, the
+ * send time of the last successful renewal (or of the acquire) plus the
+ * TTL, less a margin, on the monotonic clock. The service decided the
+ * grant after that send time, so on the service's own clock the lease
+ * lasts longer, whatever the two wall clocks say. The TTL is the one the
+ * service says with each grant (struct lease's ttl_ns). No renewal waits
+ * past the deadline (each call is cut short there, or at a third of the
+ * TTL if that comes first), and a second thread of the keeper's acts at
+ * the deadline itself, even while a call is blocked: from then on
+ * lease_keeper_valid() says false, and lost has been called. Act on the
+ * session only while lease_keeper_valid() says true, in pieces of work
+ * shorter than the margin. */
 struct lease_keeper;
 struct lease_keeper_set;
 
 struct lease_keeper_callbacks {
-    /* The lease is lost: a renewal was refused (err LEASE_EHELD: another
-     * owner took it over after it expired), or no renewal succeeded
-     * before the local deadline (err: the last failure, such as
-     * LEASE_EUNAVAILABLE, LEASE_EDEADLINE, LEASE_EDENIED or
-     * LEASE_EUNAUTH). Stop working on the session; the keeper will not
-     * release it. Called once, on the keeper's thread. May be NULL. */
+    /* The lease is lost: a renewal was refused (err LEASE_EHELD: the
+     * lease expired and another owner took it, or it was released behind
+     * the keeper's back), or the local deadline came with no renewal
+     * (err: the last failure, such as LEASE_EUNAVAILABLE,
+     * LEASE_EDEADLINE, LEASE_EDENIED or LEASE_EUNAUTH). Stop working on
+     * the session; the keeper will not release it. Called once, on one
+     * of the keeper's threads, no later than the deadline. May be NULL. */
     void (*lost)(void *arg, const struct lease *l, int err);
     /* A renewal failed but the lease is still trusted (until the local
-     * deadline); the keeper retries. Called on the keeper's thread.
-     * May be NULL. */
+     * deadline); the keeper retries. Called on the keeper's thread. May
+     * be NULL. */
     void (*trouble)(void *arg, const struct lease *l, int err,
                     const char *why);
     void *arg;
+    /* What the keeper's user should know, though it changes no outcome:
+     * the service does not say its TTL (a server of Mecatl's protocol
+     * other than leased), and the keeper estimates it from the grant's
+     * expiry and this host's wall clock, which assumes the two clocks
+     * agree. Called once, from lease_keeper_start on its caller's
+     * thread. May be NULL. (Last, so that {lost, trouble, arg} still
+     * means what it did.) */
+    void (*warning)(void *arg, const struct lease *l, const char *what);
 };
 
 struct lease_keeper_options {
-    /* The service's TTL; 0: learned from the first grant (its expiry
-     * minus this host's clock, which assumes the clocks agree). */
+    /* A TTL to trust when it is shorter than the service's; longer is
+     * refused (LEASE_EINVAL). 0: the service's. With a service that does
+     * not say its TTL, this is the TTL trusted, and 0 estimates it (see
+     * warning above). */
     int64_t ttl_ns;
-    /* Taken off the local deadline; 0: a tenth of the TTL. */
+    /* Taken off the local deadline: the longest a piece of work runs
+     * after lease_keeper_valid() said true, with the clocks' allowance.
+     * 0: a tenth of the TTL. Never less than lease_margin_min(TTL). */
     int64_t margin_ns;
     /* A monotonic clock in ns for tests; NULL: CLOCK_MONOTONIC. With a
      * clock of your own the keeper looks at it every few milliseconds. */
@@ -241,6 +292,11 @@ int lease_keeper_start(struct lease_client *c, const char *session_id,
 /* Whether the lease may still be trusted: not lost, and its local
  * deadline not passed. Any thread. */
 int lease_keeper_valid(struct lease_keeper *k);
+
+/* The local deadline, on the keeper's clock (CLOCK_MONOTONIC unless
+ * now_ns): the lease is trusted until then, and lost then unless a
+ * renewal moves it later. Any thread. */
+int64_t lease_keeper_deadline(struct lease_keeper *k);
 
 /* The lease as last granted (the token a fencing check needs). */
 void lease_keeper_lease(struct lease_keeper *k, struct lease *out);

@@ -25,6 +25,7 @@ static_assert(LEASE_OWNER_MAX == ENGINE_OWNER_MAX,
 struct memory {
     pthread_mutex_t lock;
     struct engine *engine;
+    int64_t ttl_ns;
     int64_t (*now_ns)(void *arg);
     void *arg;
 };
@@ -80,7 +81,8 @@ static int mem_acquire(void *impl, const char *session_id, const char *owner,
     int err = result(rc, m->engine, &chg, errmsg, len, RULES_HELD);
     pthread_mutex_unlock(&m->lock);
     if (err == LEASE_OK)
-        client_fill(out, session_id, slen, owner, olen, g.token, g.expiry_ns);
+        client_fill(out, session_id, slen, owner, olen, g.token, g.expiry_ns,
+                    m->ttl_ns);
     return err;
 }
 
@@ -98,7 +100,7 @@ static int mem_renew(void *impl, const struct lease *cur, struct lease *out,
     pthread_mutex_unlock(&m->lock);
     if (err == LEASE_OK)
         client_fill(out, cur->session_id, slen, cur->owner, olen, g.token,
-                    g.expiry_ns);
+                    g.expiry_ns, m->ttl_ns);
     return err;
 }
 
@@ -141,6 +143,7 @@ int lease_memory_open(int64_t ttl_ns, int64_t (*now_ns)(void *arg),
     if (m == NULL)
         return client_fail(LEASE_ENOMEM, "out of memory");
     pthread_mutex_init(&m->lock, NULL);
+    m->ttl_ns = ttl_ns;
     m->now_ns = now_ns != NULL ? now_ns : realtime_ns;
     m->arg = arg;
     /* Started long ago: a fresh table has nothing to quarantine. */

@@ -45,7 +45,7 @@ static int check(grpc_channel *ch, gpr_timespec deadline)
     grpc_status_code status = unary_call(
         ch, "/grpc.health.v1.Health/Check", NULL, 0, false, &req.base,
         &grpc__health__v1__health_check_response__descriptor, deadline, &resp,
-        details, sizeof(details));
+        NULL, details, sizeof(details));
     if (status != GRPC_STATUS_OK) {
         fprintf(stderr, "leased-probe: status %d %s\n", (int)status, details);
         return -1;

@@ -6,15 +6,32 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ttlheader.h"
+
+/* The TTL the server said in md (ttlheader.h), into *ttl_ns if it did. */
+static void said_ttl(const grpc_metadata_array *md, int64_t *ttl_ns)
+{
+    for (size_t i = 0; i < md->count; i++) {
+        const grpc_metadata *m = &md->metadata[i];
+        if (grpc_slice_str_cmp(m->key, TTLHEADER_KEY) == 0 &&
+            ttlheader_parse((const char *)GRPC_SLICE_START_PTR(m->value),
+                            GRPC_SLICE_LENGTH(m->value), ttl_ns) == 0)
+            return;
+    }
+}
+
 grpc_status_code unary_call(grpc_channel *ch, const char *path,
                             const grpc_metadata *md, size_t nmd,
                             bool wait_for_ready,
                             const ProtobufCMessage *req,
                             const ProtobufCMessageDescriptor *desc,
                             gpr_timespec deadline, ProtobufCMessage **resp,
-                            char *details, size_t details_len)
+                            int64_t *ttl_ns, char *details,
+                            size_t details_len)
 {
     *resp = NULL;
+    if (ttl_ns != NULL)
+        *ttl_ns = 0;
     size_t n = protobuf_c_message_get_packed_size(req);
     grpc_slice body = grpc_slice_malloc(n);
     protobuf_c_message_pack(req, GRPC_SLICE_START_PTR(body));
@@ -76,6 +93,8 @@ grpc_status_code unary_call(grpc_channel *ch, const char *path,
             status = GRPC_STATUS_INTERNAL;
             snprintf(details, details_len, "%s reply",
                      recv == NULL ? "no" : "malformed");
+        } else if (ttl_ns != NULL) {
+            said_ttl(&initial, ttl_ns);
         }
     }
     grpc_slice_unref(text);

@@ -10,6 +10,7 @@
 #include <protobuf-c/protobuf-c.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Calls path on ch with the message req and waits until the call ends or
  * deadline (on its own completion queue, so any number of threads may
@@ -19,13 +20,16 @@
  * GRPC_STATUS_OK, *resp is the reply unpacked with desc
  * (free it with protobuf_c_message_free_unpacked); a reply that is
  * missing or does not decode gives GRPC_STATUS_INTERNAL and *resp NULL.
- * details (details_len bytes) gets the status text, "" when none. */
+ * *ttl_ns (ttl_ns may be NULL) is the TTL the server said with its reply
+ * (ttlheader.h), 0 when none. details (details_len bytes) gets the
+ * status text, "" when none. */
 grpc_status_code unary_call(grpc_channel *ch, const char *path,
                             const grpc_metadata *md, size_t nmd,
                             bool wait_for_ready,
                             const ProtobufCMessage *req,
                             const ProtobufCMessageDescriptor *desc,
                             gpr_timespec deadline, ProtobufCMessage **resp,
-                            char *details, size_t details_len);
+                            int64_t *ttl_ns, char *details,
+                            size_t details_len);
 
 #endif

@@ -76,6 +76,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "peers.h"
+#include "ttlheader.h"
 
 #define ARMED_PER_METHOD 16
 #define ARMED_UNKNOWN 2
@@ -130,6 +131,7 @@ struct rpc {
     void *msg;                 /* decoded message req points into */
     grpc_byte_buffer *body;    /* reply message */
     grpc_slice status_details;
+    grpc_metadata ttl; /* an OK Acquire or Renew's (ttlheader.h) */
     int cancelled;
     struct rpc *next_reply; /* the reply list */
     int64_t accepted_ns;    /* lease calls: when they arrived */
@@ -225,6 +227,7 @@ static void rpc_free(struct rpc *r)
     grpc_byte_buffer_destroy(r->payload);
     grpc_byte_buffer_destroy(r->body);
     grpc_slice_unref(r->status_details);
+    grpc_slice_unref(r->ttl.value);
     grpc_metadata_array_destroy(&r->metadata);
     grpc_call_details_destroy(&r->details);
     if (r->call != NULL)
@@ -247,6 +250,8 @@ static struct rpc *rpc_new(struct frontend *fe)
     r->fe = fe;
     atomic_init(&r->state, RPC_REQUESTED);
     r->status_details = grpc_empty_slice();
+    r->ttl.key = grpc_slice_from_static_string(TTLHEADER_KEY);
+    r->ttl.value = grpc_empty_slice();
     grpc_metadata_array_init(&r->metadata);
     grpc_call_details_init(&r->details);
     fe->live++;
@@ -303,7 +308,12 @@ static void send_reply(struct rpc *r, grpc_status_code code,
     grpc_op ops[4];
     memset(ops, 0, sizeof(ops));
     size_t n = 0;
-    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (GRPC_SLICE_LENGTH(r->ttl.value) > 0) {
+        ops[n].data.send_initial_metadata.count = 1;
+        ops[n].data.send_initial_metadata.metadata = &r->ttl;
+    }
+    n++;
     if (body != NULL) {
         r->body = body;
         ops[n].op = GRPC_OP_SEND_MESSAGE;
@@ -355,6 +365,11 @@ static void reply_request(struct rpc *r)
     } else if (r->req.status == REPLY_OK) {
         uint8_t buf[CODEC_REPLY_MAX];
         body = make_body(buf, codec_encode_reply(&r->req, buf, sizeof(buf)));
+        if (r->req.op != OP_RELEASE && r->req.grant_ttl_ns > 0) {
+            char ttl[TTLHEADER_LEN];
+            size_t len = ttlheader_format(r->req.grant_ttl_ns, ttl);
+            r->ttl.value = grpc_slice_from_copied_buffer(ttl, len);
+        }
     }
     send_reply(r, status_codes[r->req.status], r->req.reason, body);
 }

@@ -416,6 +416,7 @@ static void answer(struct slot *sl, struct batch *b, bool ok)
             req->status = REPLY_OK;
             req->grant_token = c->granted;
             req->grant_expiry_ns = c->expiry_ns;
+            req->grant_ttl_ns = r->ttl_ns;
             if (req->op == OP_RELEASE && c->code == RULES_OK)
                 req->change = CHANGE_RELEASE;
             else if (c->flags & PGSTORE_TAKEOVER)

@@ -104,6 +104,7 @@ struct request {
     uint64_t grant_token;
     enum request_change change;
     int64_t grant_expiry_ns;
+    int64_t grant_ttl_ns; /* an OK Acquire or Renew: the lease's TTL */
     struct admin_result *admin; /* admin calls */
 };
 

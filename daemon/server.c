@@ -255,6 +255,7 @@ static bool decide(struct server *s, int64_t now_ns, struct request *req,
         req->status = REPLY_OK;
         req->grant_token = grant.token;
         req->grant_expiry_ns = grant.expiry_ns;
+        req->grant_ttl_ns = s->ttl_ns;
         break;
     case ENGINE_NOOP:
         req->status = REPLY_OK;

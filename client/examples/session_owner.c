@@ -66,7 +66,7 @@ int main(int argc, char **argv)
     }
     struct lease_keeper_set *set = lease_keeper_set_create();
     struct lease_keeper_options opts = {.set = set};
-    struct lease_keeper_callbacks cb = {on_lost, on_trouble, NULL};
+    struct lease_keeper_callbacks cb = {.lost = on_lost, .trouble = on_trouble};
     struct lease_keeper *k;
     struct lease l;
     int err = lease_keeper_start(client, argv[2], owner, &opts, &cb, &k, &l);

@@ -277,7 +277,8 @@ static int call(struct ctl *c, const char *path, const ProtobufCMessage *req,
 {
     char details[256];
     grpc_status_code st =
-        conn_call(&c->conn, path, req, desc, resp, details, sizeof(details));
+        conn_call(&c->conn, path, 0, req, desc, resp, NULL, details,
+                  sizeof(details));
     return reported(c, st, details);
 }
 
@@ -329,8 +330,8 @@ static int lease_from(struct ctl *c, struct lease *l, char *why, size_t len)
     ProtobufCMessage *resp;
     char details[256];
     grpc_status_code st =
-        conn_call(&c->conn, GET_PATH, &req.base,
-                  &leased__admin__v1__get_response__descriptor, &resp,
+        conn_call(&c->conn, GET_PATH, 0, &req.base,
+                  &leased__admin__v1__get_response__descriptor, &resp, NULL,
                   details, sizeof(details));
     if (st == GRPC_STATUS_NOT_FOUND) {
         snprintf(why, len, "%s has no lease", session);

@@ -100,11 +100,14 @@ static const struct command {
         .name = "hold", .args = "SESSION", .after = "-- CMD [ARGS…]",
         .need = "SESSION", .max = 1,
         .summary = "run CMD while holding it",
-        .help = "Runs CMD while holding the lease of SESSION: renews it, "
-                "stops CMD (SIGTERM, SIGKILL after --grace) if the lease "
-                "is lost, releases it when CMD exits, and exits with CMD's "
-                "status. CMD sees LEASE_SESSION, LEASE_OWNER and "
-                "LEASE_TOKEN. The owner is O, else $LEASE_OWNER, else "
+        .help = "Runs CMD in a process group of its own while holding the "
+                "lease of SESSION: renews it, stops the group before the "
+                "lease could go to anyone else (SIGTERM --grace before its "
+                "deadline, SIGKILL at it) if it is not renewed in time or "
+                "is lost, releases it once the group is gone, and exits "
+                "with CMD's status. If leasectl dies, the group dies too. "
+                "CMD sees LEASE_SESSION, LEASE_OWNER, LEASE_TOKEN and "
+                "LEASE_DEADLINE. The owner is O, else $LEASE_OWNER, else "
                 "USER@HOST/PID-NONCE (unique to the run). Exit 3 when the "
                 "lease is held by another owner (after --wait, if given).",
     },
@@ -172,12 +175,14 @@ static const struct row {
     {.name = "limit", .value = "N", .kind = COUNT, .field = FIELD(limit),
      .commands = ON(CTL_LIST), .help = "the first N only"},
     {.name = "grace", .value = "D", .kind = DURATION,
-     .field = FIELD(grace_ns), .def = "5s", .commands = ON(CTL_HOLD),
-     .help = "from SIGTERM to SIGKILL of CMD when the lease is lost"},
+     .field = FIELD(grace_ns), .min_ms = 1, .commands = ON(CTL_HOLD),
+     .help = "from SIGTERM to SIGKILL of CMD's group, which comes at the "
+             "lease's deadline; at most half the TTL (default: 5s, or a "
+             "tenth of the TTL if less)"},
     {.name = "ttl", .value = "D", .kind = DURATION, .field = FIELD(ttl_ns),
      .min_ms = 1, .commands = ON(CTL_HOLD),
-     .help = "the lease's TTL, when this host's clock and the daemon's may "
-             "differ (default: what the first grant leaves of the lease)"},
+     .help = "trust the lease for D only; no longer than the service's TTL "
+             "(default: the TTL the service says)"},
 };
 
 #define NROWS (sizeof(rows) / sizeof(rows[0]))

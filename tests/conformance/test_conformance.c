@@ -124,8 +124,9 @@ static int broken_release(void *impl, const struct lease *cur, char *errmsg,
 
 TEST(broken_backend_fails)
 {
-    static const struct lease_backend broken = {
-        broken_acquire, broken_renew, broken_release, NULL};
+    static const struct lease_backend broken = {.acquire = broken_acquire,
+                                                .renew = broken_renew,
+                                                .release = broken_release};
     struct lease_client *c = lease_client_create(&broken, NULL);
     struct lease_conformance conf = {
         .client = c, .ttl_ns = 1000, .advance = fake_advance};

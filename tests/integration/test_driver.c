@@ -376,7 +376,8 @@ TEST(keeper_rides_out_a_daemon_kill9)
     struct lease_client *c;
     struct lease_grpc_options o = {.timeout_ms = 1000};
     CHECK_EQ_I64(lease_grpc_open(d.addr, &o, &c), LEASE_OK);
-    struct lease_keeper_callbacks cb = {count_lost, trace_trouble, NULL};
+    struct lease_keeper_callbacks cb = {.lost = count_lost,
+                                        .trouble = trace_trouble};
     struct lease_keeper_options ko = {.ttl_ns = 6 * INT64_C(1000000000)};
     struct lease_keeper *k;
     struct lease first;

@@ -82,8 +82,8 @@ static int w_release(void *impl, const struct lease *cur, char *errmsg,
     return lease_release(inner, cur);
 }
 
-static const struct lease_backend wrapper = {w_acquire, w_renew, w_release,
-                                             NULL};
+static const struct lease_backend wrapper = {
+    .acquire = w_acquire, .renew = w_renew, .release = w_release};
 
 static struct lease_client *client;
 static atomic_int lost_calls, lost_err, trouble_calls;
@@ -102,8 +102,8 @@ static void on_trouble(void *arg, const struct lease *l, int err,
     atomic_fetch_add(&trouble_calls, 1);
 }
 
-static const struct lease_keeper_callbacks callbacks = {on_lost, on_trouble,
-                                                        NULL};
+static const struct lease_keeper_callbacks callbacks = {
+    .lost = on_lost, .trouble = on_trouble};
 
 static void setup(void)
 {
