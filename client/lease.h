@@ -315,6 +315,38 @@ struct lease_keeper_set *lease_keeper_set_create(void);
  * frees it. Accepts NULL. */
 void lease_keeper_set_destroy(struct lease_keeper_set *s);
 
+/* ---- Fencing a resource --------------------------------------------- */
+
+/* A fence keeps, in a small file, the highest fencing token that has
+ * written to one resource (a file, a directory, anything the holders of
+ * one session write), and lets a writer in only with a token at least as
+ * high. A holder that was paused past its lease (a GC pause, SIGSTOP, a
+ * slow disk) and wakes up to write is refused, because its successor,
+ * with a greater token, wrote first. One fence file per resource and
+ * session (the tokens of different sessions do not compare), on a file
+ * system every writer shares, with working flock(2).
+ *
+ * The file holds the token as one line of 20 decimal digits, rewritten in
+ * place under flock(2): the shell recipe of docs/client.md reads and
+ * writes the same file, so that C and shell writers share a fence. */
+struct lease_fence;
+
+/* Opens the fence file path (created, mode 0666 less the umask, if
+ * missing), waits for its lock, and compares token with the highest token
+ * recorded there. Lower: LEASE_EHELD (a newer holder has written: write
+ * nothing; the lock is let go). Equal or higher: LEASE_OK, the token is
+ * recorded durably (fdatasync) when higher, and *out holds the lock:
+ * write the resource, then lease_fence_leave(). Hold it no longer than
+ * the write: other writers wait meanwhile. LEASE_EINVAL: token 0, or a
+ * NULL path; LEASE_EUNAVAILABLE: the file cannot be opened, locked, read
+ * or written, or does not hold a token (lease_errmsg() says which). path
+ * is read during the call only. */
+int lease_fence_enter(const char *path, uint64_t token,
+                      struct lease_fence **out);
+
+/* Lets the fence go and frees it. Accepts NULL. */
+void lease_fence_leave(struct lease_fence *f);
+
 /* ---- The conformance suite ------------------------------------------ */
 
 /* What the suite needs to drive a backend. */

@@ -29,11 +29,20 @@ void audit_change(const struct request *req)
         return;
     struct quoted q;
     quote(&q, req);
-    bool takeover = req->change == CHANGE_TAKEOVER;
-    log_info(takeover ? "takeover" : "release",
-             "identity=\"%s\" session=\"%s\" owner=\"%s\" token=%llu",
+    if (req->change == CHANGE_RELEASE) {
+        log_info("release",
+                 "identity=\"%s\" session=\"%s\" owner=\"%s\" token=%llu",
+                 req->identity, q.session, q.owner,
+                 (unsigned long long)req->token);
+        return;
+    }
+    char expires[LOG_TIME_LEN];
+    log_format_time(req->grant_expiry_ns, expires);
+    log_info("takeover",
+             "identity=\"%s\" session=\"%s\" owner=\"%s\" token=%llu "
+             "expires=%s",
              req->identity, q.session, q.owner,
-             (unsigned long long)(takeover ? req->grant_token : req->token));
+             (unsigned long long)req->grant_token, expires);
 }
 
 static bool pass(struct log_limit *limit, uint64_t *held)

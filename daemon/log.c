@@ -27,20 +27,32 @@ int log_parse_level(const char *name, enum log_level *level)
     return -1;
 }
 
+void log_format_time(int64_t wall_ns, char *buf)
+{
+    time_t sec = (time_t)(wall_ns / 1000000000);
+    long ms = (long)(wall_ns % 1000000000 / 1000000);
+    if (ms < 0) { /* before the epoch: rounded down still */
+        sec--;
+        ms += 1000;
+    }
+    struct tm tm;
+    gmtime_r(&sec, &tm);
+    snprintf(buf, LOG_TIME_LEN, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ",
+             tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+             tm.tm_min, tm.tm_sec, ms);
+}
+
 void log_write(enum log_level level, const char *msg, const char *kv_fmt, ...)
 {
     if ((int)level < min_level)
         return;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
+    char now[LOG_TIME_LEN];
+    log_format_time((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec, now);
     char line[2048];
-    int n = snprintf(line, sizeof(line),
-                     "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s msg=%s",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                     tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, names[level],
-                     msg);
+    int n = snprintf(line, sizeof(line), "ts=%s level=%s msg=%s", now,
+                     names[level], msg);
     if (kv_fmt != NULL && n > 0 && (size_t)n < sizeof(line) - 2) {
         line[n++] = ' ';
         va_list ap;

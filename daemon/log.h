@@ -23,6 +23,12 @@ int log_parse_level(const char *name, enum log_level *level);
 void log_write(enum log_level level, const char *msg, const char *kv_fmt,
                ...) __attribute__((format(printf, 3, 4)));
 
+/* Writes wall_ns (ns since the epoch) as the lines' timestamps are
+ * written, 2026-11-30T14:37:00.123Z (milliseconds, rounded down), into
+ * buf (LOG_TIME_LEN bytes). */
+#define LOG_TIME_LEN 80
+void log_format_time(int64_t wall_ns, char *buf);
+
 /* Copies in_len bytes of in into out (len bytes, NUL-terminated) so that
  * they fit inside a quoted value: '"' becomes '\'', control characters
  * spaces. */
