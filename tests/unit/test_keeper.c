@@ -51,28 +51,53 @@ static int wait_for(atomic_int *v, int want)
     return atomic_load(v);
 }
 
-/* A backend wrapper whose renewals fail with UNAVAILABLE while blocked. */
+/* A backend wrapper whose renewals fail with UNAVAILABLE while blocked,
+ * hang while stalled (a daemon stopped, a network gone silent) until the
+ * test lets them go, and whose grants say no TTL while unsaid (a server
+ * other than leased). It notes how long each renewal was allowed to
+ * wait, on the real monotonic clock. */
 static struct lease_client *inner;
-static atomic_bool blocked;
-static atomic_int renewals;
+static atomic_bool blocked, stalled, unsaid;
+static atomic_int renewals, stalls;
+static _Atomic int64_t last_wait_ns, last_call_at; /* fake clock */
 
 static int w_acquire(void *impl, const char *s, const char *o,
                      struct lease *out, char *errmsg, size_t len)
 {
     (void)impl, (void)errmsg, (void)len;
-    return lease_acquire(inner, s, o, out);
+    int rc = lease_acquire(inner, s, o, out);
+    if (rc == LEASE_OK && atomic_load(&unsaid))
+        out->ttl_ns = 0;
+    return rc;
 }
 
-static int w_renew(void *impl, const struct lease *cur, struct lease *out,
-                   char *errmsg, size_t len)
+static int w_renew_until(void *impl, const struct lease *cur,
+                         int64_t deadline_ns, struct lease *out,
+                         char *errmsg, size_t len)
 {
     (void)impl;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    atomic_store(&last_wait_ns, deadline_ns - ((int64_t)ts.tv_sec * S +
+                                               ts.tv_nsec));
+    atomic_store(&last_call_at, atomic_load(&fake));
+    if (atomic_load(&stalled)) {
+        atomic_fetch_add(&stalls, 1);
+        while (atomic_load(&stalled))
+            sleep_ms(1);
+    }
     if (atomic_load(&blocked)) {
         snprintf(errmsg, len, "blocked by the test");
         return LEASE_EUNAVAILABLE;
     }
     atomic_fetch_add(&renewals, 1);
     return lease_renew(inner, cur, out);
+}
+
+static int w_renew(void *impl, const struct lease *cur, struct lease *out,
+                   char *errmsg, size_t len)
+{
+    return w_renew_until(impl, cur, INT64_MAX, out, errmsg, len);
 }
 
 static int w_release(void *impl, const struct lease *cur, char *errmsg,
@@ -83,10 +108,12 @@ static int w_release(void *impl, const struct lease *cur, char *errmsg,
 }
 
 static const struct lease_backend wrapper = {
-    .acquire = w_acquire, .renew = w_renew, .release = w_release};
+    .acquire = w_acquire, .renew = w_renew, .release = w_release,
+    .renew_until = w_renew_until};
 
 static struct lease_client *client;
-static atomic_int lost_calls, lost_err, trouble_calls;
+static atomic_int lost_calls, lost_err, trouble_calls, warnings;
+static char warning_text[256];
 
 static void on_lost(void *arg, const struct lease *l, int err)
 {
@@ -102,11 +129,23 @@ static void on_trouble(void *arg, const struct lease *l, int err,
     atomic_fetch_add(&trouble_calls, 1);
 }
 
+static void on_warning(void *arg, const struct lease *l, const char *what)
+{
+    (void)arg, (void)l;
+    snprintf(warning_text, sizeof(warning_text), "%s", what);
+    atomic_fetch_add(&warnings, 1);
+}
+
 static const struct lease_keeper_callbacks callbacks = {
-    .lost = on_lost, .trouble = on_trouble};
+    .lost = on_lost, .trouble = on_trouble, .warning = on_warning};
 
 static void setup(void)
 {
+    atomic_store(&blocked, false);
+    atomic_store(&stalled, false);
+    atomic_store(&unsaid, false);
+    atomic_store(&lost_calls, 0);
+    atomic_store(&warnings, 0);
     CHECK_EQ_I64(lease_memory_open(TTL, fake_now, NULL, &inner), LEASE_OK);
     client = lease_client_create(&wrapper, NULL);
     CHECK(client != NULL);
@@ -249,9 +288,166 @@ TEST(a_set_releases_every_lease_at_shutdown)
     teardown();
 }
 
+TEST(a_blocked_renewal_does_not_delay_the_loss)
+{
+    setup();
+    int64_t t0 = atomic_load(&fake);
+    struct lease_keeper *k = start("k6", NULL);
+    CHECK_EQ_I64(lease_keeper_deadline(k), t0 + TTL - TTL / 10);
+    atomic_store(&stalled, true); /* the next renewal hangs */
+    advance(26 * S, S);
+    CHECK(atomic_load(&stalls) == 1); /* it hangs now */
+    CHECK(lease_keeper_valid(k));
+    CHECK_EQ_I64(atomic_load(&lost_calls), 0);
+    /* At the deadline (27 s), with the call still hanging: lost, by the
+     * watchdog. The keeper of old waited for the call to come back. */
+    advance(S, 10 * 1000000);
+    CHECK(!lease_keeper_valid(k));
+    CHECK_EQ_I64(wait_for(&lost_calls, 1), 1);
+    CHECK_EQ_I64(atomic_load(&lost_err), LEASE_EUNAVAILABLE);
+    /* The call comes back OK (the lease was still the keeper's on the
+     * service): too late, the keeper stays lost and does not release. */
+    int before = atomic_load(&renewals);
+    atomic_store(&stalled, false);
+    for (int i = 0; i < 500 && atomic_load(&renewals) == before; i++)
+        sleep_ms(10);
+    CHECK_EQ_I64(atomic_load(&renewals), before + 1);
+    sleep_ms(50);
+    CHECK(!lease_keeper_valid(k));
+    CHECK_EQ_I64(atomic_load(&lost_calls), 1);
+    CHECK_EQ_I64(lease_keeper_stop(k), LEASE_OK);
+    struct lease other;
+    CHECK_EQ_I64(lease_acquire(client, "k6", "other", &other), LEASE_EHELD);
+    teardown();
+}
+
+TEST(renewals_are_cut_short_at_the_deadline)
+{
+    setup();
+    int64_t t0 = atomic_load(&fake);
+    struct lease_keeper *k = start("k7", NULL);
+    advance(11 * S, S); /* past the first renewal (7 to 10 s) */
+    CHECK(atomic_load(&renewals) >= 1);
+    /* A renewal in good times waits at most a third of the TTL, then
+     * it is retried rather than waited for. */
+    CHECK(atomic_load(&last_wait_ns) <= TTL / 3);
+    CHECK(atomic_load(&last_wait_ns) > TTL / 3 - S);
+    /* Failing renewals are retried up to the deadline, each allowed no
+     * more than the time left to it. */
+    atomic_store(&blocked, true);
+    int64_t deadline = lease_keeper_deadline(k);
+    CHECK(deadline > t0 + 30 * S); /* renewed: later than the first */
+    advance(deadline - atomic_load(&fake) - S / 2, S / 10);
+    /* The last retry: a second after the one before, and in the last
+     * 1.5 s. */
+    int64_t left = deadline - atomic_load(&last_call_at);
+    CHECK(left <= S + S / 2 + S / 10);
+    CHECK(atomic_load(&last_wait_ns) <= left);
+    CHECK(atomic_load(&last_wait_ns) > left - S / 10);
+    CHECK_EQ_I64(atomic_load(&lost_calls), 0);
+    atomic_store(&blocked, false);
+    CHECK_EQ_I64(lease_keeper_stop(k), LEASE_OK);
+    teardown();
+}
+
+TEST(the_service_ttl_is_trusted_and_a_longer_option_refused)
+{
+    setup();
+    struct lease_keeper_options o = {.now_ns = fake_now};
+    struct lease_keeper *k;
+    struct lease l;
+    int64_t t0 = atomic_load(&fake);
+    /* No option: the 30 s the service says, less a tenth. */
+    CHECK_EQ_I64(lease_keeper_start(client, "t1", "keeper", &o, &callbacks,
+                                    &k, &l),
+                 LEASE_OK);
+    CHECK_EQ_I64(l.ttl_ns, TTL);
+    CHECK_EQ_I64(lease_keeper_deadline(k), t0 + TTL - TTL / 10);
+    CHECK_EQ_I64(lease_keeper_stop(k), LEASE_OK);
+    /* Shorter: trusted instead, margin and renewals its own. */
+    o.ttl_ns = 10 * S;
+    CHECK_EQ_I64(lease_keeper_start(client, "t2", "keeper", &o, &callbacks,
+                                    &k, &l),
+                 LEASE_OK);
+    CHECK_EQ_I64(lease_keeper_deadline(k), t0 + 9 * S);
+    CHECK_EQ_I64(lease_keeper_stop(k), LEASE_OK);
+    /* Longer than the service's: refused, and nothing left held. */
+    o.ttl_ns = 2 * TTL;
+    k = NULL;
+    CHECK_EQ_I64(lease_keeper_start(client, "t3", "keeper", &o, &callbacks,
+                                    &k, &l),
+                 LEASE_EINVAL);
+    CHECK(k == NULL);
+    CHECK(strstr(lease_errmsg(), "longer than the service's TTL") != NULL);
+    CHECK_EQ_I64(lease_acquire(client, "t3", "other", &l), LEASE_OK);
+    CHECK_EQ_I64(l.token, 2); /* the keeper's was released */
+    /* The least margin is the clocks' allowance, 1 % of the TTL; a
+     * margin as long as the TTL is refused. */
+    o.ttl_ns = 0;
+    o.margin_ns = 1;
+    CHECK_EQ_I64(lease_keeper_start(client, "t4", "keeper", &o, &callbacks,
+                                    &k, &l),
+                 LEASE_OK);
+    CHECK_EQ_I64(lease_keeper_deadline(k), t0 + TTL - lease_margin_min(TTL));
+    CHECK_EQ_I64(lease_margin_min(TTL), TTL / 100);
+    CHECK_EQ_I64(lease_margin_min(S), 10 * 1000000); /* at least 10 ms */
+    CHECK_EQ_I64(lease_keeper_stop(k), LEASE_OK);
+    o.margin_ns = TTL;
+    CHECK_EQ_I64(lease_keeper_start(client, "t5", "keeper", &o, &callbacks,
+                                    &k, &l),
+                 LEASE_EINVAL);
+    CHECK_EQ_I64(atomic_load(&warnings), 0);
+    teardown();
+}
+
+/* The real clocks, for the estimate from the wall clock. */
+static int64_t mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * S + ts.tv_nsec;
+}
+
+TEST(a_service_that_does_not_say_its_ttl)
+{
+    /* The in-memory backend on the real wall clock, its grants said
+     * without a TTL, as a server other than leased answers. */
+    CHECK_EQ_I64(lease_memory_open(TTL, NULL, NULL, &inner), LEASE_OK);
+    client = lease_client_create(&wrapper, NULL);
+    atomic_store(&unsaid, true);
+    struct lease_keeper *k;
+    struct lease l;
+    int64_t t0 = mono();
+    CHECK_EQ_I64(lease_keeper_start(client, "u1", "keeper", NULL, &callbacks,
+                                    &k, &l),
+                 LEASE_OK);
+    CHECK_EQ_I64(l.ttl_ns, 0);
+    /* Estimated from the expiry and this host's clock, said once. */
+    CHECK_EQ_I64(atomic_load(&warnings), 1);
+    CHECK(strstr(warning_text, "does not say its TTL") != NULL);
+    int64_t d = lease_keeper_deadline(k) - t0;
+    CHECK(d > TTL - TTL / 10 - S / 2 && d <= TTL - TTL / 10);
+    CHECK_EQ_I64(lease_keeper_stop(k), LEASE_OK);
+    /* With ttl_ns, that is the TTL, and nothing is said. */
+    struct lease_keeper_options o = {.ttl_ns = 20 * S};
+    t0 = mono();
+    CHECK_EQ_I64(lease_keeper_start(client, "u2", "keeper", &o, &callbacks,
+                                    &k, &l),
+                 LEASE_OK);
+    d = lease_keeper_deadline(k) - t0;
+    CHECK(d >= 18 * S && d < 18 * S + S / 2);
+    CHECK_EQ_I64(atomic_load(&warnings), 1);
+    CHECK_EQ_I64(lease_keeper_stop(k), LEASE_OK);
+    teardown();
+}
+
 CHECK_MAIN(renews_while_the_clock_moves,
            trouble_within_the_deadline_is_not_loss,
            no_renewal_before_the_deadline_is_loss,
            refused_renewal_is_loss_at_once,
            stop_releases_and_start_refuses_a_held_lease,
-           a_set_releases_every_lease_at_shutdown)
+           a_set_releases_every_lease_at_shutdown,
+           a_blocked_renewal_does_not_delay_the_loss,
+           renewals_are_cut_short_at_the_deadline,
+           the_service_ttl_is_trusted_and_a_longer_option_refused,
+           a_service_that_does_not_say_its_ttl)
