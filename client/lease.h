@@ -107,11 +107,11 @@ int lease_renew_until(struct lease_client *c, const struct lease *cur,
 
 /* The least a holder takes off its lease's lifetime (ttl_ns) to get its
  * local deadline: 1 % of the TTL for the rates of two hosts' clocks (a
- * working clock is off by far less than that), and at least 10 ms, for a
- * holder that wakes a little late. */
+ * working clock is off by far less than that), and 20 ms for a holder
+ * that wakes a little late on a loaded machine. */
 static inline int64_t lease_margin_min(int64_t ttl_ns)
 {
-    return ttl_ns / 100 > 10000000 ? ttl_ns / 100 : 10000000;
+    return ttl_ns / 100 + 20000000;
 }
 
 /* Frees *cur if owner and token still match; otherwise does nothing and
