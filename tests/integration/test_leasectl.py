@@ -13,6 +13,7 @@ import json
 import os
 import pwd
 import re
+import select
 import signal
 import socket
 import statistics
@@ -804,6 +805,134 @@ def test_hold_leaves_what_follows_dashdash_to_the_command():
                 "o", "--json", "--url", "elsewhere", "--owner", "x",
                 "--help", "--", "-z"]
         assert ctl(d, "get", "h9")[0] == NOT_FOUND  # released
+
+
+class QuietServer:
+    """A server of Mecatl's protocol other than leased: the same rules (in
+    memory, one TTL), but no TTL said with its grants. A context manager;
+    .addr is where it listens."""
+
+    def __init__(self, ttl):
+        import concurrent.futures
+        pb = harness.pb
+        self.ttl = ttl
+        self.leases = {}  # session: [owner, token, expiry (wall s)]
+        self.lock = threading.Lock()
+        rpc = harness.grpc.unary_unary_rpc_method_handler
+        handler = harness.grpc.method_handlers_generic_handler(
+            "mecatl.driver.v1.SessionLeaseService", {
+                "Acquire": rpc(self.acquire, pb.AcquireRequest.FromString,
+                               pb.LeaseResponse.SerializeToString),
+                "Renew": rpc(self.renew, pb.RenewRequest.FromString,
+                             pb.LeaseResponse.SerializeToString),
+                "Release": rpc(self.release, pb.ReleaseRequest.FromString,
+                               pb.ReleaseResponse.SerializeToString)})
+        self.server = harness.grpc.server(
+            concurrent.futures.ThreadPoolExecutor(4))
+        self.server.add_generic_rpc_handlers((handler,))
+        self.addr = "127.0.0.1:%d" % self.server.add_insecure_port(
+            "127.0.0.1:0")
+
+    def reply(self, session):
+        owner, token, expiry = self.leases[session]
+        lease = harness.pb.Lease(session_id=session, owner=owner,
+                                 token=token)
+        lease.expiry.FromNanoseconds(int(expiry * 1e9))
+        return harness.pb.LeaseResponse(lease=lease)
+
+    def acquire(self, req, ctx):
+        with self.lock:
+            now = time.time()
+            owner, token, expiry = self.leases.get(req.session_id,
+                                                   ["", 0, 0])
+            if owner not in ("", req.owner) and expiry > now:
+                ctx.abort(harness.grpc.StatusCode.FAILED_PRECONDITION,
+                          "held")
+            if owner != req.owner or expiry <= now:
+                token += 1
+            self.leases[req.session_id] = [req.owner, token, now + self.ttl]
+            return self.reply(req.session_id)
+
+    def renew(self, req, ctx):
+        with self.lock:
+            l = self.leases.get(req.lease.session_id)
+            if l is None or l[:2] != [req.lease.owner, req.lease.token]:
+                ctx.abort(harness.grpc.StatusCode.FAILED_PRECONDITION,
+                          "lost")
+            l[2] = time.time() + self.ttl
+            return self.reply(req.lease.session_id)
+
+    def release(self, req, ctx):
+        with self.lock:
+            l = self.leases.get(req.lease.session_id)
+            if l is not None and l[:2] == [req.lease.owner, req.lease.token]:
+                l[0] = ""
+            return harness.pb.ReleaseResponse()
+
+    def __enter__(self):
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.stop(0)
+
+
+def test_hold_through_a_server_that_says_no_ttl():
+    """A server other than leased says no TTL: hold trusts the expiry less
+    this host's clock, and says so; with --ttl it trusts that, quietly.
+    Either way the command runs with the lease and it is released."""
+    with QuietServer(ttl=5.0) as q:
+        rc, _, err = run_ctl("--url", q.addr, "hold", "q1", "--", "sh", "-c",
+                             'test "$LEASE_TOKEN" = 1')
+        assert rc == 0, (rc, err)
+        m = re.search(r"the service does not say its TTL: trusting "
+                      r"([0-9.]+)s, its expiry less this host's clock", err)
+        assert m and 4.5 < float(m.group(1)) <= 5.0, err
+        assert err.count("does not say its TTL") == 1, err
+        assert q.leases["q1"][0] == ""  # released
+        rc, _, err = run_ctl("--url", q.addr, "hold", "q1", "--ttl", "2s",
+                             "--", "sh", "-c", 'test "$LEASE_TOKEN" = 2')
+        assert rc == 0 and err == "", (rc, err)
+
+
+def test_hold_gives_the_command_the_terminal():
+    """Run from a terminal's foreground, hold hands the terminal to its
+    command's process group, so that the command reads it as it would
+    without hold (in a group of its own without the terminal, reading it
+    would stop the command with SIGTTIN, and hold would hang)."""
+    import pty
+    with Leased(ttl="30s") as d:
+        pid, fd = pty.fork()
+        if pid == 0:  # a new session, the terminal its own
+            try:
+                os.execve(os.environ["LEASECTL_BIN"],
+                          ["leasectl", "--url", d.addr, "hold", "tty", "--",
+                           "sh", "-c", 'read line; echo "got:$line"'],
+                          environ())
+            finally:
+                os._exit(127)
+        try:
+            os.write(fd, b"hello\n")
+            out = b""
+            deadline = time.monotonic() + 20
+            while b"got:hello" not in out:
+                left = deadline - time.monotonic()
+                assert left > 0, out
+                if not select.select([fd], [], [], left)[0]:
+                    continue
+                try:
+                    out += os.read(fd, 1024)
+                except OSError:  # EIO: the terminal's last process left
+                    break
+            assert b"got:hello" in out, out
+            _, status = os.waitpid(pid, 0)
+            pid = 0
+            assert os.waitstatus_to_exitcode(status) == 0, (status, out)
+        finally:
+            if pid:  # hold, killed, takes its command's group along
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            os.close(fd)
 
 
 harness.main(globals())
