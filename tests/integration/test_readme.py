@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 
 import harness
 
@@ -96,6 +97,10 @@ def test_the_tour_runs_as_printed():
         assert re.search(r"^leasectl: acquire: .*\(FAILED_PRECONDITION\)$",
                          shell, re.M), logs
         assert re.search(r"^job-1  owner web-2  token 2 ", shell, re.M), logs
+        # hold: the command ran with the lease and its deadline (within the
+        # 30 s TTL of now, in Unix seconds).
+        m = re.search(r"^token 1 until (\d+)$", shell, re.M)
+        assert m and 0 < int(m.group(1)) - time.time() < 30, logs
 
         assert output("python.out").splitlines() == [
             "web-1 holds s1 with token 1",
