@@ -69,17 +69,18 @@ static void give_tty(int tty, pid_t pgrp)
     sigprocmask(SIG_SETMASK, &old, NULL);
 }
 
-/* In the child: becomes CMD. Says why it could not on err_fd. */
-static void become_cmd(const struct group *g, pid_t parent, const char *path,
-                       char **argv, char **env, const sigset_t *mask,
-                       const int *defaults, size_t ndefaults, int err_fd)
+/* In the child: becomes CMD, given the terminal tty if not -1. Says why
+ * it could not on err_fd. */
+static void become_cmd(int tty, pid_t parent, const char *path, char **argv,
+                       char **env, const sigset_t *mask, const int *defaults,
+                       size_t ndefaults, int err_fd)
 {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
         _exit(127); /* leasectl died before that */
-    if (g->tty >= 0)
-        give_tty(g->tty, getpid()); /* before it may read: no SIGTTIN */
+    if (tty >= 0)
+        give_tty(tty, getpid()); /* before it may read: no SIGTTIN */
     struct sigaction dfl;
     memset(&dfl, 0, sizeof(dfl));
     dfl.sa_handler = SIG_DFL;
@@ -150,7 +151,8 @@ int group_start(struct group *g, char **argv, char **env,
     memset(g, 0, sizeof(*g));
     g->guardian = -1;
     g->guardian_fd = -1;
-    g->tty = isatty(0) && tcgetpgrp(0) == getpgrp() ? 0 : -1;
+    g->tty = isatty(0) ? 0 : -1;
+    bool foreground = g->tty >= 0 && tcgetpgrp(g->tty) == getpgrp();
     char path[PATH_MAX];
     int err = find_command(argv[0], path, sizeof(path));
     if (err != 0)
@@ -162,8 +164,8 @@ int group_start(struct group *g, char **argv, char **env,
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0)
-        become_cmd(g, parent, path, argv, env, mask, defaults, ndefaults,
-                   fds[1]);
+        become_cmd(foreground ? g->tty : -1, parent, path, argv, env, mask,
+                   defaults, ndefaults, fds[1]);
     err = pid < 0 ? errno : 0;
     close(fds[1]);
     if (pid > 0) {
@@ -184,10 +186,8 @@ int group_start(struct group *g, char **argv, char **env,
         }
     }
     close(fds[0]);
-    if (err == 0 && g->tty >= 0)
+    if (err == 0 && foreground)
         give_tty(g->tty, g->leader);
-    else
-        g->tty = -1;
     return err;
 }
 
@@ -203,12 +203,14 @@ void group_signal(struct group *g, int sig)
 
 /* CMD stopped with sig: a stop from the terminal (^Z, or reading or
  * writing it from the background) stops leasectl too, the terminal
- * back in its hands, so that the shell sees the job stopped. */
+ * back in its hands if CMD had it, so that the shell sees the job
+ * stopped. */
 static void stopped(struct group *g, int sig)
 {
     if (g->tty < 0 || (sig != SIGTSTP && sig != SIGTTIN && sig != SIGTTOU))
         return;
-    give_tty(g->tty, getpgrp());
+    if (tcgetpgrp(g->tty) == g->leader)
+        give_tty(g->tty, getpgrp());
     kill(getpid(), sig); /* returns once the shell continues leasectl */
     g->stopped = true;
 }
@@ -260,7 +262,7 @@ void group_end(struct group *g)
         while (waitpid(g->guardian, NULL, 0) < 0 && errno == EINTR)
             ;
     g->guardian = -1;
-    if (g->tty >= 0)
+    if (g->tty >= 0 && tcgetpgrp(g->tty) == g->leader)
         give_tty(g->tty, getpgrp());
     g->tty = -1;
 }

@@ -13,9 +13,11 @@
  *
  * When leasectl has the terminal (it is the foreground of the terminal
  * on its standard input), the group gets it while CMD runs, so that CMD
- * reads it and gets its signals (^C, ^Z) as it would without hold; when
- * ^Z stops CMD, leasectl takes the terminal back and stops too, so that
- * the shell sees the job stopped.
+ * reads it and gets its signals (^C, ^Z) as it would without hold. When
+ * the terminal stops CMD (^Z, or reading it from the background),
+ * leasectl takes the terminal back and stops too, so that the shell sees
+ * the job stopped; continued in the foreground, it gives the terminal to
+ * the group again and continues it.
  *
  * Main thread only: PR_SET_PDEATHSIG fires when the thread that forked
  * CMD ends, and the main thread lives as long as leasectl.
@@ -31,7 +33,7 @@ struct group {
     pid_t leader;   /* CMD; the group's id */
     pid_t guardian; /* -1 once gone */
     int guardian_fd; /* the guardian's pipe: a byte stands it down */
-    int tty;         /* the terminal the group has, or -1 */
+    int tty;         /* leasectl's terminal (standard input), or -1 */
     bool done;       /* CMD exited; status says how */
     int status;      /* as waitpid gives it */
     bool stopped;    /* ^Z stopped CMD and leasectl: group_resume() */

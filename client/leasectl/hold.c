@@ -80,6 +80,7 @@ static const int forwarded[NFORWARDED] = {SIGTERM, SIGINT, SIGHUP};
 #define S INT64_C(1000000000)
 #define GRACE_DEFAULT_NS (5 * S)
 #define KILL_AGAIN_MS 10 /* while killed processes linger */
+#define STOPPING_POLL_MS 50 /* while stopping: what left the group ends */
 
 static sigset_t caught;                 /* forwarded and SIGCHLD */
 static sigset_t mask_before;            /* CMD starts with it */
@@ -297,9 +298,16 @@ static int supervise(struct group *g, struct lease_keeper *k,
         }
         if (g->stopped)
             group_resume(g); /* after a ^Z; killed first if due */
+        /* Once stopping, look again now and then: a process of the
+         * group that is no child of leasectl's ends without a SIGCHLD
+         * here. */
         int64_t until = kill_at >= 0 ? kill_at : term_at;
-        if (killed)
-            until = now + KILL_AGAIN_MS * INT64_C(1000000);
+        if (kill_at >= 0) {
+            int64_t again =
+                now + (killed ? KILL_AGAIN_MS : STOPPING_POLL_MS) * 1000000;
+            if (killed || until > again)
+                until = again;
+        }
         wait_event(wake_rd, until);
     }
 }
