@@ -337,10 +337,12 @@ struct lease_fence;
  * nothing; the lock is let go). Equal or higher: LEASE_OK, the token is
  * recorded durably (fdatasync) when higher, and *out holds the lock:
  * write the resource, then lease_fence_leave(). Hold it no longer than
- * the write: other writers wait meanwhile. LEASE_EINVAL: token 0, or a
- * NULL path; LEASE_EUNAVAILABLE: the file cannot be opened, locked, read
- * or written, or does not hold a token (lease_errmsg() says which). path
- * is read during the call only. */
+ * the write: other writers wait meanwhile (a child forked inside shares
+ * the lock until it closes its copy of the descriptor, which an exec
+ * does). LEASE_EINVAL: token 0, or a NULL path or out;
+ * LEASE_EUNAVAILABLE: the file cannot be opened, locked, read or
+ * written, or does not hold a token (lease_errmsg() says which). path is
+ * read during the call only. */
 int lease_fence_enter(const char *path, uint64_t token,
                       struct lease_fence **out);
 
