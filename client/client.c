@@ -4,6 +4,7 @@
  * failure.
  */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,32 +120,34 @@ int lease_acquire(struct lease_client *c, const char *session_id,
                   errmsg);
 }
 
-int lease_renew(struct lease_client *c, const struct lease *cur,
-                struct lease *out)
+/* lease_renew, cut short at deadline_ns when until and the backend can. */
+static int renew(struct lease_client *c, const struct lease *cur, bool until,
+                 int64_t deadline_ns, struct lease *out)
 {
     int err = check_lease(cur);
     if (err != LEASE_OK)
         return err;
     struct lease copy = *cur; /* out may be cur */
     char errmsg[256] = "";
-    return finish(c->backend->renew(c->impl, &copy, out, errmsg,
-                                    sizeof(errmsg)),
-                  errmsg);
+    const struct lease_backend *b = c->backend;
+    if (until && b->renew_until != NULL)
+        err = b->renew_until(c->impl, &copy, deadline_ns, out, errmsg,
+                             sizeof(errmsg));
+    else
+        err = b->renew(c->impl, &copy, out, errmsg, sizeof(errmsg));
+    return finish(err, errmsg);
+}
+
+int lease_renew(struct lease_client *c, const struct lease *cur,
+                struct lease *out)
+{
+    return renew(c, cur, false, 0, out);
 }
 
 int lease_renew_until(struct lease_client *c, const struct lease *cur,
                       int64_t deadline_ns, struct lease *out)
 {
-    if (c->backend->renew_until == NULL)
-        return lease_renew(c, cur, out);
-    int err = check_lease(cur);
-    if (err != LEASE_OK)
-        return err;
-    struct lease copy = *cur; /* out may be cur */
-    char errmsg[256] = "";
-    return finish(c->backend->renew_until(c->impl, &copy, deadline_ns, out,
-                                          errmsg, sizeof(errmsg)),
-                  errmsg);
+    return renew(c, cur, true, deadline_ns, out);
 }
 
 int lease_release(struct lease_client *c, const struct lease *cur)
