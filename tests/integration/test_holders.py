@@ -307,14 +307,16 @@ def test_hold_refuses_a_ttl_or_grace_the_lease_cannot_honour():
         env = os.path.join(tmp, "env")
         before = time.time()
         p = leasectl(d.addr, "hold", "o3", "--ttl", "2s", "--", "sh", "-c",
-                     'echo "$LEASE_DEADLINE $LEASE_TOKEN" > "$1"', "sh", env)
+                     'echo "$LEASE_DEADLINE $LEASE_TOKEN $(date +%s.%N)"'
+                     ' > "$1"', "sh", env)
         assert p.wait(timeout=20) == 0, p.stderr.read()
         with open(env) as f:
-            deadline, token = f.read().split()
+            deadline, token, started = f.read().split()
         assert token == "1"
-        # Whole seconds, rounded down: within 2 s of the start.
-        assert int(before) - 1 <= int(deadline) <= before + 2, \
-            (before, deadline)
+        # Whole seconds, rounded down, of the acquire's sending (after
+        # `before`, before the command started) + 2 s - a tenth of it.
+        assert int(before + 1.8) <= int(deadline) <= float(started) + 2, \
+            (before, deadline, started)
 
 
 if __name__ == "__main__":  # tests/bench/hold_margin.py imports it

@@ -96,17 +96,26 @@ def floor_lock(server, name, granted):
         % granted, dbname=name)
 
 
-def hold_floor_lock(server, name, seconds):
-    """Holds the token floor's lock in database name for seconds, from a
-    thread it returns once the lock is held. Every batch takes it shared:
-    held exclusively, it keeps a connection's batches in flight."""
-    holder = threading.Thread(target=server.psql, kwargs=dict(
-        sql="SELECT pg_advisory_lock(1818583411, 2); SELECT pg_sleep(%d)"
-            % seconds, dbname=name))
-    holder.start()
-    wait_for("the lock held", lambda: floor_lock(server, name, "true")
-             == "1", 10)
-    return holder
+@contextlib.contextmanager
+def floor_lock_held(server, name):
+    """Holds the token floor's lock in database name, from a psql session
+    of its own, until the with block ends. Every batch takes it shared:
+    held exclusively, it keeps a connection's batches in flight for as
+    long as the test needs, however slow the machine."""
+    psql = subprocess.Popen(
+        [pg.BIN + "/psql", "-X", "-w", "-q", "-v", "ON_ERROR_STOP=1", "-d",
+         server.conninfo(dbname=name, host=server.dir)],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        env=pg._env())
+    try:
+        psql.stdin.write("SELECT pg_advisory_lock(1818583411, 2);\n")
+        psql.stdin.flush()
+        wait_for("the lock held", lambda: floor_lock(server, name, "true")
+                 == "1", 10)
+        yield
+    finally:
+        psql.stdin.close()  # psql ends, its session and lock with it
+        psql.wait(timeout=30)
 
 
 # --- 1. Replicas over one database --------------------------------------
@@ -182,13 +191,10 @@ def test_a_call_waiting_for_a_busy_connection_is_answered():
     server = harness.shared_postgres()
     with Leased(ttl="30s", postgres=conninfo,
                 args=["--postgres-connections", "1",
-                      "--postgres-timeout", "10s",
+                      "--postgres-timeout", "60s",
                       "--metrics-listen", "127.0.0.1:0"]) as d:
-        # The lock is held long enough for the three calls to get in
-        # place on a loaded machine; the client waits longer still.
-        c = harness.Client(d.channel(), timeout=15)
+        c = harness.Client(d.channel(), timeout=60)
         c.acquire("warm", "w")
-        holder = hold_floor_lock(server, name, 5)
         results = {}
 
         def acquire(session):
@@ -200,19 +206,19 @@ def test_a_call_waiting_for_a_busy_connection_is_answered():
         sessions = ("first", "second", "third")
         calls = [threading.Thread(target=acquire, args=(s,))
                  for s in sessions]
-        calls[0].start()
-        wait_for("the first batch waits",
-                 lambda: floor_lock(server, name, "false") == "1", 10)
-        # The second goes into the pipeline behind the first; the third
-        # finds it full and waits in the hand-off.
-        for i in (1, 2):
-            calls[i].start()
-            wait_for("call %d in" % (i + 1), lambda: metric(
-                d, "leased_queue_depth") == i + 1, 10)
-        holder.join(timeout=30)
+        with floor_lock_held(server, name):
+            calls[0].start()
+            wait_for("the first batch waits",
+                     lambda: floor_lock(server, name, "false") == "1", 30)
+            # The second goes into the pipeline behind the first; the
+            # third finds it full and waits in the hand-off.
+            for i in (1, 2):
+                calls[i].start()
+                wait_for("call %d in" % (i + 1), lambda: metric(
+                    d, "leased_queue_depth") == i + 1, 30)
         for t in calls:
-            t.join(timeout=30)
-        # The client's deadline is 15 s: a call left behind would get
+            t.join(timeout=90)
+        # The client's deadline is 60 s: a call left behind would get
         # DEADLINE_EXCEEDED.
         for session in sessions:
             got = results[session]
@@ -235,20 +241,18 @@ def test_a_batch_bigger_than_the_socket_takes_is_written_in_parts():
     n = 1000
     with Leased(ttl="30s", postgres=conninfo,
                 args=["--postgres-connections", "1",
-                      "--postgres-timeout", "10s",
+                      "--postgres-timeout", "60s",
                       "--metrics-listen", "127.0.0.1:0"]) as d:
         c = d.client()
         c.acquire("warm", "w")
-        # Until every call waits.
-        holder = hold_floor_lock(server, name, 3)
         owner = "o" * 256
-        calls = [c._acquire.future(harness.pb.AcquireRequest(
-            session_id="%04d" % i + "s" * 508, owner=owner), timeout=30)
-            for i in range(n)]
-        wait_for("every call in", lambda: metric(
-            d, "leased_queue_depth") == n, 20)
-        holder.join(timeout=30)
-        tokens = [f.result(timeout=30).lease.token for f in calls]
+        with floor_lock_held(server, name):  # until every call waits
+            calls = [c._acquire.future(harness.pb.AcquireRequest(
+                session_id="%04d" % i + "s" * 508, owner=owner), timeout=90)
+                for i in range(n)]
+            wait_for("every call in", lambda: metric(
+                d, "leased_queue_depth") == n, 60)
+        tokens = [f.result(timeout=90).lease.token for f in calls]
         assert tokens == [1] * n
         m = d.metrics()
         big = m[("leased_pg_batch_calls_bucket", (("le", "1024"),))] - \
