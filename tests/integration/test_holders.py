@@ -169,12 +169,13 @@ def test_a_stalled_daemon_cannot_outlast_the_command():
             finally:
                 d.proc.send_signal(signal.SIGCONT)
             assert gone is not None, "the command outlived 3 TTLs"
+            # Asked at once: a TTL after the expiry, leased may collect it.
+            expiry = wall(d.client().get(session).expiry)
+            margins.append(expiry - gone)
             rc = p.wait(timeout=30)
             err = p.stderr.read()
             assert rc == 128 + signal.SIGKILL, (rc, err)
             assert "no renewal of %s in time" % session in err, err
-            expiry = wall(d.client().get(session).expiry)
-            margins.append(expiry - gone)
         print("the command gone before leased's expiry by (s):", margins)
         assert min(margins) > 0, margins
 
@@ -312,7 +313,12 @@ def test_hold_refuses_a_ttl_or_grace_the_lease_cannot_honour():
         assert p.wait(timeout=20) == 0, p.stderr.read()
         with open(env) as f:
             deadline, token, started = f.read().split()
-        assert token == "1"
+        # The token of the lease the command ran under: the one hold
+        # released (a slow build may see the keeper's acquire come after
+        # hold's own had run out, and take over with the next token).
+        released = d.wait_log(r'msg=release identity="" session="o3" '
+                              r'owner="[^"]*" token=(\d+)\n')
+        assert token == released.group(1), (token, released.group(0))
         # Whole seconds, rounded down, of the acquire's sending (after
         # `before`, before the command started) + 2 s - a tenth of it.
         assert int(before + 1.8) <= int(deadline) <= float(started) + 2, \
