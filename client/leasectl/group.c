@@ -69,16 +69,23 @@ static void give_tty(int tty, pid_t pgrp)
     sigprocmask(SIG_SETMASK, &old, NULL);
 }
 
-/* In the child: becomes CMD, given the terminal tty if not -1. Says why
- * it could not on err_fd. */
+/* In the child: becomes CMD, given the terminal tty if not -1, once a
+ * byte on go_fd says the guardian stands. Says why it could not on
+ * err_fd. */
 static void become_cmd(int tty, pid_t parent, const char *path, char **argv,
                        char **env, const sigset_t *mask, const int *defaults,
-                       size_t ndefaults, int err_fd)
+                       size_t ndefaults, int go_fd, int err_fd)
 {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
         _exit(127); /* leasectl died before that */
+    char go;
+    ssize_t got;
+    while ((got = read(go_fd, &go, 1)) < 0 && errno == EINTR)
+        ;
+    if (got != 1)
+        _exit(127); /* no guardian: leasectl died, or gave up */
     if (tty >= 0)
         give_tty(tty, getpid()); /* before it may read: no SIGTTIN */
     struct sigaction dfl;
@@ -158,26 +165,44 @@ int group_start(struct group *g, char **argv, char **env,
     if (err != 0)
         return err;
     prctl(PR_SET_CHILD_SUBREAPER, 1);
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0)
+    /* go: CMD waits on it until the guardian stands, so that whatever
+     * CMD starts is in a group that dies with leasectl. fds: CMD's exec
+     * error, or its end at exec. */
+    int go[2], fds[2];
+    if (pipe2(go, O_CLOEXEC) != 0)
         return errno;
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        err = errno;
+        close(go[0]);
+        close(go[1]);
+        return err;
+    }
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0)
         become_cmd(foreground ? g->tty : -1, parent, path, argv, env, mask,
-                   defaults, ndefaults, fds[1]);
+                   defaults, ndefaults, go[0], fds[1]);
     err = pid < 0 ? errno : 0;
+    close(go[0]);
     close(fds[1]);
     if (pid > 0) {
         setpgid(pid, pid); /* as the child does: whoever comes first */
         g->leader = pid;
-        ssize_t n;
-        while ((n = read(fds[0], &err, sizeof(err))) < 0 && errno == EINTR)
-            ;
-        if (n != sizeof(err))
-            err = 0; /* the pipe closed at exec: CMD runs */
-        if (err == 0)
-            err = start_guardian(g);
+        err = start_guardian(g);
+        if (err == 0 && write(go[1], "", 1) != 1)
+            err = errno;
+    }
+    close(go[1]); /* without the byte, the child ends: CMD never runs */
+    if (pid > 0) {
+        if (err == 0) {
+            int exec_err;
+            ssize_t n;
+            while ((n = read(fds[0], &exec_err, sizeof(exec_err))) < 0 &&
+                   errno == EINTR)
+                ;
+            if (n == sizeof(exec_err))
+                err = exec_err; /* else the pipe closed at exec: CMD runs */
+        }
         if (err != 0) {
             kill(-pid, SIGKILL);
             while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)

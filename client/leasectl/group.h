@@ -7,8 +7,9 @@
  * If leasectl dies (SIGKILL, the OOM killer), the group dies with it: CMD
  * has PR_SET_PDEATHSIG(SIGKILL), and a guardian process (a fork of
  * leasectl that runs no more of its code) waits on a pipe from leasectl
- * and kills the whole group when the pipe closes without a word.
- * leasectl is a child subreaper, so what CMD leaves behind comes back to
+ * and kills the whole group when the pipe closes without a word. CMD is
+ * made to wait until the guardian stands before it runs, so that nothing
+ * it starts can outlive leasectl. leasectl is a child subreaper, so what CMD leaves behind comes back to
  * it to be reaped.
  *
  * When leasectl has the terminal (it is the foreground of the terminal
