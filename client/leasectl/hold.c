@@ -10,6 +10,7 @@
  * The deadline rule (docs/client.md): the lease is trusted until the send
  * time of the last successful renewal (or the acquire) plus the TTL, less
  * lease_margin_min(TTL) for the rates of the clocks and a late wake-up,
+ * and less the time the group takes to be gone after SIGKILL (kill_time),
  * on the monotonic clock. CMD's process group gets SIGTERM at the
  * deadline less --grace, and SIGKILL at the deadline, unless a renewal
  * moved it first: CMD is gone before leased can grant the session to
@@ -79,6 +80,7 @@ static const int forwarded[NFORWARDED] = {SIGTERM, SIGINT, SIGHUP};
 
 #define S INT64_C(1000000000)
 #define GRACE_DEFAULT_NS (5 * S)
+#define KILL_TIME_NS (200 * 1000000)
 #define KILL_AGAIN_MS 10 /* while killed processes linger */
 #define STOPPING_POLL_MS 50 /* while stopping: what left the group ends */
 
@@ -312,6 +314,15 @@ static int supervise(struct group *g, struct lease_keeper *k,
     }
 }
 
+/* What hold allows for its SIGKILL to end the group, on top of the
+ * keeper's least margin: for hold to wake, on a loaded machine, and the
+ * kernel to end every process. 200 ms, or a tenth of a TTL shorter than
+ * 2 s, so that a short TTL keeps room for renewals. */
+static int64_t kill_time(int64_t ttl_ns)
+{
+    return ttl_ns / 10 < KILL_TIME_NS ? ttl_ns / 10 : KILL_TIME_NS;
+}
+
 /* Seconds, for messages. */
 static double secs(int64_t ns)
 {
@@ -390,11 +401,11 @@ int ctl_hold(struct ctl *c)
     }
     atomic_store(&wake_fd, fds[1]);
     /* The TTL hold settled on, trusted by the keeper when the service
-     * says none; and only the least margin: hold stops CMD with grace
-     * before the deadline, so its deadline is SIGKILL's. */
+     * says none; and the least margin and the kill's time: hold stops
+     * CMD with grace before the deadline, so its deadline is SIGKILL's. */
     struct lease_keeper_options ko = {
         .ttl_ns = a->ttl_ns > 0 || l.ttl_ns == 0 ? ttl_ns : 0,
-        .margin_ns = lease_margin_min(ttl_ns),
+        .margin_ns = lease_margin_min(ttl_ns) + kill_time(ttl_ns),
     };
     struct lease_keeper_callbacks cb = {.lost = on_lost,
                                         .trouble = on_trouble};
