@@ -13,7 +13,7 @@
 # and one line "N passed, N failed"; it exits non-zero when anything
 # failed.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 tools/deps.sh test || { echo "0 passed, 1 failed"; exit 1; }
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=23
@@ -38,30 +38,40 @@ pg_template=$(mktemp -d)
 export LEASED_PG_TEMPLATE=$pg_template/cluster
 trap 'rm -rf "$failures" "$pg_template"' EXIT
 
-# run_suite DIR [MESON OPTIONS…] [-- MESON TEST OPTIONS…]: configure,
-# build (everything, or only the targets in $targets when it is set),
-# test; add up the results.
+# build DIR [MESON OPTIONS…]: configures DIR (sets it up the first time)
+# and compiles it (everything, or only the targets in $targets when it is
+# set); on failure says why and returns 1.
+build() {
+  local dir=$1; shift
+  mkdir -p "$dir"
+  if [ -f "$dir/build.ninja" ]; then
+    meson configure "$dir" -Dwerror=true "$@"
+  else
+    meson setup "$dir" -Dwerror=true "$@"
+  fi >"$dir/setup.log" 2>&1 || {
+    cat "$dir/setup.log"
+    echo "setup of $dir failed"
+    return 1
+  }
+  # shellcheck disable=SC2086 # $targets: names, split at spaces
+  meson compile -C "$dir" ${targets:-} >"$dir/compile.log" 2>&1 || {
+    cat "$dir/compile.log"
+    echo "build of $dir failed"
+    return 1
+  }
+}
+
+# run_suite DIR [MESON OPTIONS…] [-- MESON TEST OPTIONS…]: builds DIR
+# (unless prebuild, below, has), tests it, adds up the results.
 run_suite() {
   local dir=$1; shift
   local opts=() test_opts=()
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do opts+=("$1"); shift; done
   [ $# -gt 0 ] && shift && test_opts=("$@")
   echo "=== $dir: ${opts[*]} ${test_opts[*]}"
-  mkdir -p "$dir"
-  if [ -f "$dir/build.ninja" ]; then
-    meson configure "$dir" -Dwerror=true "${opts[@]}"
-  else
-    meson setup "$dir" -Dwerror=true "${opts[@]}"
-  fi >"$dir/setup.log" 2>&1 || {
-    cat "$dir/setup.log"
-    echo "setup of $dir failed"
-    failed=$((failed + 1))
-    return
-  }
-  # shellcheck disable=SC2086 # $targets: names, split at spaces
-  if ! meson compile -C "$dir" ${targets:-} >"$dir/compile.log" 2>&1; then
-    cat "$dir/compile.log"
-    echo "build of $dir failed"
+  if [ -f "$dir/.prebuilt" ]; then
+    rm "$dir/.prebuilt"
+  elif ! build "$dir" "${opts[@]}"; then
     failed=$((failed + 1))
     return
   fi
@@ -105,28 +115,52 @@ PY
   failed=$((failed + ${counts#* }))
 }
 
-# The container suite (tests/container) runs beside the later builds:
-# it waits mostly on apt and podman, and at the lowest CPU priority
-# (nice, which its containers inherit) it takes only what they leave.
-run_suite build -Dtests=true -- --num-processes "$jobs" --no-suite container
-if [ -f build/build.ninja ]; then
+sanitize_opts=("-Db_sanitize=address,undefined" -Db_lundef=false)
+tsan_opts=(-Db_sanitize=thread -Db_lundef=false)
+# The fuzz targets alone (alias `fuzz`), with clang and libFuzzer.
+fuzz_opts=(-Dtests=false -Dfuzzer=true "-Db_sanitize=address,undefined"
+           -Db_lundef=false)
+# prebuild DIR [MESON OPTIONS…]: build, quietly, marking DIR built for
+# run_suite; a failure is left for run_suite to build again and show.
+prebuild() {
+  build "$@" >/dev/null 2>&1 && touch "$1/.prebuilt"
+}
+
+# The machine is busy for most of the command, and the plain build's
+# tests, which mostly wait, leave a part of it: the container suite
+# (tests/container: apt, podman, two builds in containers) and the
+# compiles of the later builds start once the plain build is compiled, at
+# lower CPU priorities (nice, which podman's containers inherit) than
+# the tests, which keep theirs. The later builds wait for their compiles.
+if build build -Dtests=true; then
   rm -f build/meson-logs/container.json
   nice -n 19 meson test -C build --print-errorlogs --no-rebuild \
     --suite container --logbase container >build/container.out 2>&1 &
   container=$!
+  (
+    renice -n 10 -p "$BASHPID" >/dev/null
+    prebuild build-sanitize "${sanitize_opts[@]}"
+    prebuild build-tsan "${tsan_opts[@]}"
+    CC=clang targets=fuzz prebuild build-fuzz "${fuzz_opts[@]}"
+  ) </dev/null &
+  prebuilding=$!
+  touch build/.prebuilt
+  run_suite build -- --num-processes "$jobs" --no-suite container
+  wait "$prebuilding"
+else
+  failed=$((failed + 1))
 fi
 # The sanitizer builds leave out the interop clients' suites, whose calls
 # reach the same code in leased as the integration suite's.
 sanitized_suites=(--suite unit --suite conformance --suite integration
                   --suite fuzz --suite postgres)
-run_suite build-sanitize -Db_sanitize=address,undefined -Db_lundef=false \
+run_suite build-sanitize "${sanitize_opts[@]}" \
   -- --num-processes "$jobs" "${sanitized_suites[@]}"
-run_suite build-tsan -Db_sanitize=thread -Db_lundef=false \
+run_suite build-tsan "${tsan_opts[@]}" \
   -- --num-processes "$jobs" "${sanitized_suites[@]}"
-# The fuzz targets alone (alias `fuzz`), with clang and libFuzzer: each
-# fuzzed for a bounded time from a copy of its corpus (tests/fuzz).
-CC=clang targets=fuzz run_suite build-fuzz -Dtests=false -Dfuzzer=true \
-  -Db_sanitize=address,undefined -Db_lundef=false -- --suite fuzz
+# Each fuzz target fuzzed for a bounded time from a copy of its corpus
+# (tests/fuzz).
+CC=clang targets=fuzz run_suite build-fuzz "${fuzz_opts[@]}" -- --suite fuzz
 
 if [ -n "${container:-}" ]; then
   echo "=== build: --suite container (beside the builds above)"
