@@ -377,21 +377,41 @@ int engine_renew(struct engine *e, int64_t now_ns,
     return rc;
 }
 
+/* Release or Revoke: they look at no clock, so neither expiry nor
+ * quarantine matter. */
+static int end_lease(struct engine *e, enum rules_op op,
+                     const char *session, size_t session_len,
+                     const struct rules_request *req,
+                     struct engine_change *chg)
+{
+    uint64_t hash = hash_bytes(e, session, session_len);
+    struct engine_entry *en = find(e, session, session_len, hash);
+    struct rules_row row = rules_row_of(e, en, 0);
+    struct rules_outcome out;
+    switch (rules_decide(op, &row, req, 0, e->ttl_ns, &out)) {
+    case RULES_OK:
+        return apply(e, en, session, session_len, hash, &out, chg);
+    case RULES_LOST:
+        return ENGINE_HELD;
+    default:
+        return ENGINE_NOOP;
+    }
+}
+
 int engine_release(struct engine *e,
                    const char *session, size_t session_len,
                    const char *owner, size_t owner_len, uint64_t token,
                    struct engine_change *chg)
 {
-    uint64_t hash = hash_bytes(e, session, session_len);
-    struct engine_entry *en = find(e, session, session_len, hash);
-    /* Release looks at no clock: neither expiry nor quarantine matter. */
-    struct rules_row row = rules_row_of(e, en, 0);
     struct rules_request req = {owner, owner_len, token};
-    struct rules_outcome out;
-    if (rules_decide(RULES_RELEASE, &row, &req, 0, e->ttl_ns, &out) !=
-        RULES_OK)
-        return ENGINE_NOOP;
-    return apply(e, en, session, session_len, hash, &out, chg);
+    return end_lease(e, RULES_RELEASE, session, session_len, &req, chg);
+}
+
+int engine_revoke(struct engine *e, const char *session, size_t session_len,
+                  uint64_t token, struct engine_change *chg)
+{
+    struct rules_request req = {NULL, 0, token};
+    return end_lease(e, RULES_REVOKE, session, session_len, &req, chg);
 }
 
 static bool collectable(const struct engine *e, const struct engine_entry *en,

@@ -15,7 +15,8 @@
  *      with no entry); renewals and same-owner re-acquires keep it;
  *  (3) tokens never go down: the floor is the highest token of every entry
  *      ever collected, and only rises;
- *  (5) Release changes an entry only when owner and token match.
+ *  (5) Release changes an entry only when owner and token match; Revoke,
+ *      an operator's, whoever the owner.
  *
  * Changes are tentative until engine_finish(): committed, or undone (in
  * the reverse order of their making) when storage failed. Between making
@@ -141,6 +142,13 @@ int engine_release(struct engine *e,
                    const char *session, size_t session_len,
                    const char *owner, size_t owner_len, uint64_t token,
                    struct engine_change *chg);
+
+/* Revoke(session[, token]): an operator ends the lease of whoever holds
+ * it (token 0), or only while its token is token. ENGINE_OK: freed as by
+ * a Release, *chg set (chg->before is the lease that ended).
+ * ENGINE_NOOP: nobody holds it. ENGINE_HELD: its token is another. */
+int engine_revoke(struct engine *e, const char *session, size_t session_len,
+                  uint64_t token, struct engine_change *chg);
 
 /* Garbage collection: removes up to max entries that are released, or
  * expired for longer than a TTL, and fills chgs[] with ENGINE_DELETE

@@ -77,18 +77,33 @@ static int renew(const struct rules_row *row,
     return RULES_OK;
 }
 
-static int release(const struct rules_row *row,
-                   const struct rules_request *req, struct rules_outcome *out)
+/* A tombstone: the token stays, so the next takeover's is greater. */
+static int end(const struct rules_row *row, struct rules_outcome *out)
 {
-    if (!holds(row, req))
-        return RULES_NOOP;
-    /* A tombstone: the token stays, so the next takeover's is greater. */
     out->after = (struct rules_row){
         .token = row->token,
         .expiry_ns = row->expiry_ns,
     };
     out->durable = true;
     return RULES_OK;
+}
+
+static int release(const struct rules_row *row,
+                   const struct rules_request *req, struct rules_outcome *out)
+{
+    return holds(row, req) ? end(row, out) : RULES_NOOP;
+}
+
+/* Whoever holds it, live or expired; the owner presented is not looked
+ * at. */
+static int revoke(const struct rules_row *row,
+                  const struct rules_request *req, struct rules_outcome *out)
+{
+    if (row->owner_len == 0)
+        return RULES_NOOP;
+    if (req->token != 0 && req->token != row->token)
+        return RULES_LOST;
+    return end(row, out);
 }
 
 int rules_decide(enum rules_op op, const struct rules_row *row,
@@ -107,6 +122,8 @@ int rules_decide(enum rules_op op, const struct rules_row *row,
         return renew(&r, req, now_ns, ttl_ns, out);
     case RULES_RELEASE:
         return release(&r, req, out);
+    case RULES_REVOKE:
+        return revoke(&r, req, out);
     }
     abort(); /* not an op: never guess one */
 }

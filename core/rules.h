@@ -20,6 +20,9 @@
  *    takeover raises the token); otherwise RULES_LOST (2, 4);
  *  - Release needs the stored owner and token; it clears the owner and
  *    keeps token and expiry (a tombstone); otherwise RULES_NOOP (5);
+ *  - Revoke (an operator's) needs a holder, any owner, and the token
+ *    presented unless that is 0; it ends the lease as Release does;
+ *    otherwise RULES_NOOP (no holder) or RULES_LOST (another token);
  *  - to extend is to set expiry = now + TTL, and strictly later than the
  *    stored one (several at the same instant still move it forward).
  */
@@ -34,13 +37,15 @@ enum rules_op {
     RULES_ACQUIRE = 1,
     RULES_RENEW,
     RULES_RELEASE,
+    RULES_REVOKE,
 };
 
 enum rules_code {
     RULES_OK = 0,   /* out->after is the row to store */
     RULES_HELD = 1, /* Acquire: another owner holds a live lease */
-    RULES_LOST = 2, /* Renew: owner or token no longer match */
-    RULES_NOOP = 3, /* Release: nothing to free (not an error) */
+    RULES_LOST = 2, /* Renew: owner or token no longer match; Revoke: the
+                       holder's token is another */
+    RULES_NOOP = 3, /* Release, Revoke: nothing to free */
 };
 
 /* One session's lease as stored. owner is borrowed and not NUL-terminated;
@@ -61,7 +66,8 @@ struct rules_row {
 struct rules_request {
     const char *owner;
     size_t owner_len;
-    uint64_t token; /* Renew, Release: the token presented; Acquire: unused */
+    uint64_t token; /* Renew, Release, Revoke: the token presented (Revoke:
+                       0 for any); Acquire: unused */
 };
 
 struct rules_outcome {
@@ -80,8 +86,8 @@ struct rules_outcome {
  * out->after); NULL when the session has none, which decides as a
  * released row with token 0 (a store with a token floor passes a
  * released row with token = floor instead). req: borrowed. now_ns and
- * ttl_ns (> 0): the time and the lease lifetime, in ns (Release reads
- * neither).
+ * ttl_ns (> 0): the time and the lease lifetime, in ns (Release and
+ * Revoke read neither).
  *
  * Fills *out and returns an enum rules_code: RULES_OK, or a refusal
  * (RULES_HELD, RULES_LOST) or a no-op (RULES_NOOP), which change nothing.

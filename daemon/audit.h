@@ -4,12 +4,16 @@
  *
  *   msg=takeover identity="app-a" session="a/42" owner="host-1" token=7
  *   msg=release identity="app-a" session="a/42" owner="host-1" token=7
+ *   msg=revoke identity="ops" session="a/42" owner="host-1" token=7
  *   msg=denied identity="app-b" method=Acquire session="a/42"
  *       owner="host-9" token=0 reason="..."
  *   msg=unauthenticated peer=ipv4:10.0.0.9:51234 not_logged=0
  *
- * A takeover or release is logged only once it is stored, just before
- * its OK goes out. The token is the lease's fencing token; bearer tokens
+ * A takeover, release or revoke is logged only once it is stored, just
+ * before its OK goes out; a revoke names the lease it ended (owner and
+ * token) and who ended it (identity). Identities, sessions, owners and
+ * reasons are quoted as log_quotable() makes them: no byte of theirs can
+ * end the field or the line. The token is the lease's fencing token; bearer tokens
  * and other secrets never appear. Refusals are logged AUDIT_REFUSALS_PER_S
  * a second at most (struct log_limit): a flood of them must not flood the
  * log; `not_logged` counts the ones left out since the last line.

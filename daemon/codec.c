@@ -44,15 +44,26 @@ static int take_string(struct request *req, const char *field,
     return 0;
 }
 
-/* An admin request. Its strings are protobuf-c's NUL-terminated copies
- * (an embedded NUL ends them early; harmless for reads that change
- * nothing). */
+/* An admin request. The strings of a read are protobuf-c's
+ * NUL-terminated copies (an embedded NUL ends them early; harmless for
+ * reads that change nothing). */
 static int decode_admin(enum request_op op, const uint8_t *buf, size_t len,
                         struct request *req, void **msg)
 {
     if (op == OP_STATS) {
         *msg = leased__admin__v1__stats_request__unpack(NULL, len, buf);
         return *msg != NULL ? 0 : invalid(req, "malformed StatsRequest");
+    }
+    if (op == OP_REVOKE) { /* a change: the session id exactly, as bytes */
+        Leased__Codec__V1__WireRevokeRequest *m =
+            leased__codec__v1__wire_revoke_request__unpack(NULL, len, buf);
+        if (m == NULL)
+            return invalid(req, "malformed RevokeRequest");
+        *msg = m;
+        req->token = m->token;
+        return take_string(req, "session_id", &m->session_id,
+                           ENGINE_SESSION_MAX, &req->session,
+                           &req->session_len);
     }
     const char *session, *token = "";
     int32_t page_size = 0;
@@ -181,7 +192,7 @@ void codec_method_path(enum request_op op, char *buf, size_t cap)
     static const char *const names[] = {
         [OP_ACQUIRE] = "Acquire", [OP_RENEW] = "Renew",
         [OP_RELEASE] = "Release", [OP_GET] = "Get", [OP_LIST] = "List",
-        [OP_STATS] = "Stats"};
+        [OP_STATS] = "Stats",     [OP_REVOKE] = "Revoke"};
     const ProtobufCServiceDescriptor *d =
         request_is_admin(op)
             ? &leased__admin__v1__admin__descriptor
@@ -294,6 +305,11 @@ uint8_t *codec_encode_admin(const struct request *req, size_t *len)
         if (req->op == OP_GET) {
             Leased__Admin__V1__GetResponse r =
                 LEASED__ADMIN__V1__GET_RESPONSE__INIT;
+            r.lease = ptrs[0];
+            out = pack(&r.base, len);
+        } else if (req->op == OP_REVOKE) {
+            Leased__Admin__V1__RevokeResponse r =
+                LEASED__ADMIN__V1__REVOKE_RESPONSE__INIT;
             r.lease = ptrs[0];
             out = pack(&r.base, len);
         } else {

@@ -80,14 +80,14 @@
 
 #define ARMED_PER_METHOD 16
 #define ARMED_UNKNOWN 2
-#define NMETHODS 6 /* enum request_op: the lease and admin methods */
+#define NMETHODS 7 /* enum request_op: the lease and admin methods */
 #define ARMED_ADMIN 2 /* per admin method */
 #define ARMED_HEALTH 2 /* per health method */
 #define LINGER_MS 200   /* see Drain above */
 #define TICK_MS 50      /* the CQ thread's wake-up while draining */
 #define IDLE_TICK_MS 200 /* and otherwise */
 
-_Static_assert(NMETHODS == OP_STATS + 1, "one registered method per op");
+_Static_assert(NMETHODS == OP_REVOKE + 1, "one registered method per op");
 
 #define container_of(p, type, member) \
     ((type *)((char *)(p) - offsetof(type, member)))

@@ -84,6 +84,8 @@ static void close_loop_side(struct daemon *d)
 static void reply(void *arg, struct request *req)
 {
     struct daemon *d = arg;
+    if (req->status == REPLY_OK && req->change == CHANGE_REVOKE)
+        atomic_fetch_add(&metrics.revokes, 1);
     audit_change(req);
     frontend_reply(d->frontend, req);
 }

@@ -188,6 +188,9 @@ char *metrics_render(size_t *len)
     counter(f, "leased_reclaims_total",
             "Renewals of an expired lease nobody took over.",
             &metrics.reclaims);
+    counter(f, "leased_revokes_total",
+            "Leases ended by an operator's Revoke (by this process).",
+            &metrics.revokes);
     int64_t q_ms = atomic_load(&metrics.quarantine_remaining_ms);
     gauge(f, "leased_quarantine_active",
           "1 while the restart quarantine lasts.", q_ms > 0 ? 1 : 0);

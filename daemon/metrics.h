@@ -43,7 +43,7 @@ struct histogram {
 struct metrics {
     _Atomic uint64_t requests[MM_COUNT][METRIC_CODES];
     struct histogram latency[3]; /* Acquire, Renew, Release: seconds */
-    _Atomic uint64_t takeovers, expiries, reclaims, clock_steps;
+    _Atomic uint64_t takeovers, expiries, reclaims, revokes, clock_steps;
     _Atomic int64_t leases_live, lease_entries, queue_depth;
     _Atomic int64_t quarantine_remaining_ms;
     _Atomic bool storage_failing;

@@ -37,7 +37,7 @@ struct policy_rule {
     const char *identity; /* into the set's text */
     int line;
     struct prefixes sessions, owners;
-    bool admin;
+    enum { ADMIN_NONE, ADMIN_READ, ADMIN_WRITE } admin; /* write: and read */
     struct counter *counter; /* set when the set is installed */
     struct ruleset *set;
 };
@@ -186,10 +186,13 @@ static int parse_field(struct parse *ps, struct ruleset *set,
     if (k == 1)
         return parse_prefixes(ps, set, "owners", value, ENGINE_OWNER_MAX,
                               &rule->owners);
-    if (strcmp(value, "read") != 0 && strcmp(value, "none") != 0)
-        return fail(ps, "admin= wants none or read", "");
-    rule->admin = strcmp(value, "read") == 0;
-    return 0;
+    static const char *const rights[] = {"none", "read", "write"};
+    for (unsigned r = 0; r < 3; r++)
+        if (strcmp(value, rights[r]) == 0) {
+            rule->admin = r;
+            return 0;
+        }
+    return fail(ps, "admin= wants none, read or write", "");
 }
 
 /* Parses one line (cut out of set->text) into a new rule, if it holds
@@ -508,8 +511,10 @@ static const char *refusal(const struct policy_rule *rule,
     const struct ruleset *set = rule != NULL ? rule->set : NULL;
     if (rule == NULL)
         return "has no rule in the policy";
-    if (request_is_admin(req->op) && !rule->admin)
+    if (request_is_admin(req->op) && rule->admin == ADMIN_NONE)
         return "may not call the admin service";
+    if (req->op == OP_REVOKE && rule->admin != ADMIN_WRITE)
+        return "may not revoke (admin=write)";
     if (req->op == OP_LIST) {
         *keep = scope_list(rule, req);
         return NULL;

@@ -7,14 +7,15 @@
  * comments out the rest of its line:
  *
  *   IDENTITY [sessions=PREFIX[,PREFIX...]] [owners=PREFIX[,PREFIX...]]
- *            [admin=none|read]
+ *            [admin=none|read|write]
  *
  * A call is allowed when its session id starts with one of the caller's
  * session prefixes and (Acquire, Renew, Release) its owner with one of
- * its owner prefixes. admin=read allows the admin service: Get of its
- * own sessions, List (which shows only them) and Stats (service-wide
- * counts, no session). A field left out allows nothing; `*` as the whole
- * value allows everything. Prefixes are literal bytes, matched exactly,
+ * its owner prefixes. admin=read allows the admin service's reads: Get
+ * of its own sessions, List (which shows only them) and Stats
+ * (service-wide counts, no session); admin=write those and Revoke of its
+ * own sessions, whoever holds them. A field left out allows nothing; `*`
+ * as the whole value of sessions= or owners= allows everything. Prefixes are literal bytes, matched exactly,
  * and may hold neither '"', ',' nor blanks; `*` is only ever the whole
  * value, and an empty prefix is an error.
  *

@@ -509,6 +509,33 @@ static int list_row(void *arg, const struct lease_row *row, bool live)
     return rc >= 0 ? rc : PGSTORE_ENOMEM;
 }
 
+/* An operator's Revoke, decided by the database: the lease it ended into
+ * req->admin, or why nothing ended. */
+static void run_revoke(struct slot *sl, struct request *req)
+{
+    struct lease_row row;
+    bool found = false, revoked = false;
+    sl->err = pgstore_revoke(sl->db, req->session, req->session_len,
+                             req->token, &row, &found, &revoked);
+    if (sl->err != PGSTORE_OK)
+        return;
+    if (!found) {
+        req->status = REPLY_NOT_FOUND;
+        snprintf(req->reason, sizeof(req->reason), "no lease");
+    } else if (!revoked) {
+        req->status = REPLY_HELD;
+        snprintf(req->reason, sizeof(req->reason),
+                 "the lease's token is %llu, not %llu",
+                 (unsigned long long)row.token,
+                 (unsigned long long)req->token);
+    } else if (admin_result_add(req->admin, &row, false) != 0) {
+        /* Ended, and stored: the answer is lost, not the revoke. */
+        unavailable(req, "out of memory");
+    } else {
+        req->change = CHANGE_REVOKE;
+    }
+}
+
 static void run_admin(struct slot *sl)
 {
     struct request *req = sl->admin;
@@ -536,6 +563,9 @@ static void run_admin(struct slot *sl)
         break;
     case OP_STATS:
         sl->err = pgstore_stats(sl->db, &sl->stats);
+        break;
+    case OP_REVOKE:
+        run_revoke(sl, req);
         break;
     default:
         abort();
@@ -786,9 +816,10 @@ static void give_admin(struct replica *r, struct slot *sl)
     r->admin_turn = false;
     req->status = REPLY_OK;
     req->reason[0] = '\0';
-    req->admin = admin_result_new(req->op == OP_GET    ? 1
-                                  : req->op == OP_LIST ? req->page_size
-                                                       : 0);
+    req->change = CHANGE_NONE;
+    req->admin = admin_result_new(req->op == OP_LIST    ? req->page_size
+                                  : req->op == OP_STATS ? 0
+                                                        : 1);
     if (req->admin == NULL) {
         unavailable(req, "out of memory");
         r->reply(r->reply_arg, req);

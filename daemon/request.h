@@ -23,14 +23,22 @@ enum request_op {
     OP_GET,
     OP_LIST,
     OP_STATS,
+    OP_REVOKE,
 };
 
-/* Whether op is a leased.admin.v1.Admin call: read only, answered without
- * a commit, with the admin tokens when there are any. Otherwise it is a
- * lease call (Acquire, Renew, Release). */
+/* Whether op is a leased.admin.v1.Admin call, made with the admin tokens
+ * when there are any. Otherwise it is a lease call (Acquire, Renew,
+ * Release). */
 static inline bool request_is_admin(enum request_op op)
 {
     return op >= OP_GET;
+}
+
+/* Whether op only reads (Get, List, Stats): answered without a commit.
+ * Revoke, an admin call, changes a lease as a Release does. */
+static inline bool request_is_read(enum request_op op)
+{
+    return op >= OP_GET && op <= OP_STATS;
 }
 
 /* The outcome, mapped to a gRPC status in one place (frontend.c). */
@@ -50,6 +58,7 @@ enum request_change {
     CHANGE_NONE,     /* nothing, or only an expiry (a renewal) */
     CHANGE_TAKEOVER, /* a new holder and a new token: grant_token */
     CHANGE_RELEASE,  /* the holder (owner, token) let go */
+    CHANGE_REVOKE,   /* an operator ended admin->leases[0] */
 };
 
 /* One lease in an admin answer (strings owned by the answer). */
@@ -64,7 +73,7 @@ struct admin_lease {
 /* What an admin call answers, made by the loop and freed with
  * admin_result_free() once the reply is sent. */
 struct admin_result {
-    struct admin_lease *leases; /* Get: one; List: a page */
+    struct admin_lease *leases; /* Get, Revoke: one; List: a page */
     size_t n, cap;
     size_t seen;                /* List: rows looked at (admin.h) */
     char *next;                 /* List: the next page's token, or NULL */
@@ -84,7 +93,7 @@ struct request {
     size_t session_len;
     const char *owner;
     size_t owner_len;
-    uint64_t token; /* Renew, Release */
+    uint64_t token; /* Renew, Release; Revoke: 0 for any */
     /* List: session is the prefix, and: */
     const char *page_token;
     size_t page_token_len, page_size;

@@ -187,6 +187,34 @@ static void count_change(const struct engine_change *c, int64_t now_ns)
     }
 }
 
+/* An operator's Revoke: into chg, as engine_revoke(), with the lease it
+ * ends in req->admin for the answer and the audit, and the holder's
+ * token in req->reason when it is another than the one asked for. */
+static int decide_revoke(struct server *s, struct request *req,
+                  struct engine_change *chg)
+{
+    struct lease_row row;
+    bool held = engine_get(s->engine, req->session, req->session_len, &row);
+    int rc = engine_revoke(s->engine, req->session, req->session_len,
+                           req->token, chg);
+    if (rc == ENGINE_HELD)
+        snprintf(req->reason, sizeof(req->reason),
+                 "the lease's token is %llu, not %llu",
+                 (unsigned long long)row.token,
+                 (unsigned long long)req->token);
+    if (rc != ENGINE_OK)
+        return rc;
+    assert(held);
+    (void)held;
+    req->admin = admin_result_new(1);
+    if (req->admin == NULL || admin_result_add(req->admin, &chg->before,
+                                               false) != 0) {
+        engine_finish(s->engine, chg, false);
+        return ENGINE_ENOMEM;
+    }
+    return ENGINE_OK;
+}
+
 /* Decides req at now_ns into chg: &s->chgs[s->nchgs] in a batch, or a
  * change of the caller's on the short path (which decides only what
  * keeps owner and token: see server_submit). Returns true when the answer
@@ -200,6 +228,7 @@ static bool decide(struct server *s, int64_t now_ns, struct request *req,
 {
     struct engine_grant grant = {0, 0};
     int rc;
+    req->reason[0] = '\0';
     switch (req->op) {
     case OP_ACQUIRE:
         rc = engine_acquire(s->engine, now_ns, req->session, req->session_len,
@@ -227,10 +256,12 @@ static bool decide(struct server *s, int64_t now_ns, struct request *req,
                             owner_len, token, chg);
         break;
     }
+    case OP_REVOKE:
+        rc = decide_revoke(s, req, chg);
+        break;
     default:
         abort(); /* only lease calls are decided */
     }
-    req->reason[0] = '\0';
     req->change = CHANGE_NONE;
     if (rc == ENGINE_OK && chg->durable) /* the batch's commit: the next */
         engine_stamp(s->engine, chg, s->committed_seq + 1);
@@ -242,6 +273,8 @@ static bool decide(struct server *s, int64_t now_ns, struct request *req,
     case ENGINE_OK:
         if (req->op == OP_RELEASE)
             req->change = CHANGE_RELEASE;
+        else if (req->op == OP_REVOKE)
+            req->change = CHANGE_REVOKE;
         else if (!chg->has_before || chg->after.token != chg->before.token)
             req->change = CHANGE_TAKEOVER;
         if (in_batch) {
@@ -258,10 +291,14 @@ static bool decide(struct server *s, int64_t now_ns, struct request *req,
         req->grant_ttl_ns = s->ttl_ns;
         break;
     case ENGINE_NOOP:
-        req->status = REPLY_OK;
+        req->status = req->op == OP_REVOKE ? REPLY_NOT_FOUND : REPLY_OK;
+        if (req->op == OP_REVOKE)
+            snprintf(req->reason, sizeof(req->reason), "no lease");
         break;
     case ENGINE_HELD:
         req->status = REPLY_HELD;
+        if (req->op == OP_REVOKE)
+            break; /* decide_revoke() said why */
         snprintf(req->reason, sizeof(req->reason), "%s",
                  rules_reason(req->op == OP_ACQUIRE ? RULES_HELD
                                                     : RULES_LOST));
@@ -645,9 +682,10 @@ static uint32_t queued_slot(const struct server *s, const struct request *req)
     return (uint32_t)(h % QUEUED_SLOTS);
 }
 
-/* Takes the admin calls out of pending and answers them: Get and Stats
+/* Takes the admin reads out of pending and answers them: Get and Stats
  * at once, from the engine (between batches it holds no tentative
- * change), List in turn on a worker. */
+ * change), List in turn on a worker. A Revoke stays, decided in its
+ * turn as a Release is. */
 static void take_admin(struct server *s)
 {
     int64_t now_ns = clock_now_ns(&s->clock);
@@ -655,7 +693,7 @@ static void take_admin(struct server *s)
     s->pending_tail = NULL;
     while (*p != NULL) {
         struct request *r = *p;
-        if (!request_is_admin(r->op)) {
+        if (!request_is_read(r->op)) {
             s->pending_tail = r;
             p = &r->next;
             continue;
@@ -768,7 +806,7 @@ void server_submit(struct server *s, struct request *list)
             now_tail = &r->next;
             continue;
         }
-        if (!request_is_admin(r->op)) {
+        if (!request_is_read(r->op)) {
             r->order_slot = queued_slot(s, r);
             s->queued[r->order_slot]++;
         }

@@ -266,4 +266,17 @@ const char *const pgsql_stmt[PGSQL_COUNT] = {
         "AS live, count(*) AS entries, coalesce(max(token), 0) AS top "
         "FROM leased_leases l) a",
     [PGSQL_COLLECT] = "SELECT * FROM leased_collect($1::bigint, $2::int)",
+    /* An operator's Revoke (core/rules.h): the held row, locked, and
+     * whether it was released ($2: its token, or 0 for any); no row when
+     * nobody holds the session. A statement of its own, not a function
+     * of the schema: it reads neither clock nor floor, and ends a lease
+     * as a Release does (owner '', token and expiry kept). */
+    [PGSQL_REVOKE] =
+        "WITH old AS (SELECT owner, token, expiry_ns FROM leased_leases "
+        " WHERE session = $1::bytea AND owner <> '' FOR UPDATE), "
+        "gone AS (UPDATE leased_leases l SET owner = ''::bytea FROM old "
+        " WHERE l.session = $1::bytea "
+        " AND ($2::bigint = 0 OR old.token = $2::bigint) RETURNING 1) "
+        "SELECT owner, token, expiry_ns, EXISTS (SELECT 1 FROM gone) "
+        "FROM old",
 };

@@ -29,6 +29,7 @@ enum pgsql_stmt {
     PGSQL_LIST,
     PGSQL_STATS,
     PGSQL_COLLECT,
+    PGSQL_REVOKE,
     PGSQL_COUNT,
 };
 

@@ -74,7 +74,7 @@ struct pgstore {
     /* The start of the database server (pg_postmaster_start_time(), us)
      * of the last connection that succeeded, and of the one being made. */
     int64_t seen_started_us, connecting_started_us;
-    char owner[ENGINE_OWNER_MAX]; /* pgstore_get()'s row */
+    char owner[ENGINE_OWNER_MAX]; /* pgstore_get()'s, pgstore_revoke()'s row */
     char errmsg[256];
 };
 
@@ -1097,6 +1097,43 @@ void pgstore_disconnect(struct pgstore *p)
     p->conn = NULL;
 }
 
+/* A row's owner into p->owner (cut to its size), for a lease_row that
+ * outlives the result. */
+static size_t keep_owner(struct pgstore *p, const PGresult *r, int col)
+{
+    size_t n = (size_t)PQgetlength(r, 0, col);
+    if (n > sizeof(p->owner))
+        n = sizeof(p->owner);
+    memcpy(p->owner, PQgetvalue(r, 0, col), n);
+    return n;
+}
+
+int pgstore_revoke(struct pgstore *p, const char *session,
+                   size_t session_len, uint64_t token, struct lease_row *row,
+                   bool *found, bool *revoked)
+{
+    struct params q = {0};
+    add_bytes(&q, session, session_len);
+    add_int(&q, (int64_t)token, 8);
+    int err = run_one(p, PGSQL_REVOKE, &q, "revoking a lease");
+    if (err != PGSTORE_OK)
+        return err;
+    const PGresult *r = p->res[0];
+    *found = PQntuples(r) == 1;
+    *revoked = false;
+    if (*found) {
+        *row = (struct lease_row){session,
+                                  session_len,
+                                  p->owner,
+                                  keep_owner(p, r, 0),
+                                  (uint64_t)get_int(r, 0, 1),
+                                  get_int(r, 0, 2)};
+        *revoked = PQgetvalue(r, 0, 3)[0] != 0;
+    }
+    clear_results(p, 1);
+    return PGSTORE_OK;
+}
+
 int pgstore_get(struct pgstore *p, const char *session, size_t session_len,
                 struct lease_row *row, bool *live, bool *found)
 {
@@ -1108,14 +1145,10 @@ int pgstore_get(struct pgstore *p, const char *session, size_t session_len,
     const PGresult *r = p->res[0];
     *found = PQntuples(r) == 1 && PQgetlength(r, 0, 0) > 0;
     if (*found) {
-        size_t n = (size_t)PQgetlength(r, 0, 0);
-        if (n > sizeof(p->owner))
-            n = sizeof(p->owner);
-        memcpy(p->owner, PQgetvalue(r, 0, 0), n);
         *row = (struct lease_row){session,
                                   session_len,
                                   p->owner,
-                                  n,
+                                  keep_owner(p, r, 0),
                                   (uint64_t)get_int(r, 0, 1),
                                   get_int(r, 0, 2)};
         *live = PQgetvalue(r, 0, 3)[0] != 0;

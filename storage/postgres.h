@@ -166,6 +166,15 @@ int pgstore_list(struct pgstore *p, const char *prefix, size_t prefix_len,
                                bool live),
                  void *arg);
 
+/* An operator's Revoke of session: ends its lease whoever holds it (token
+ * 0), or only while its token is token, as a Release would. *found is
+ * false when nobody holds it; otherwise row is the lease as it was
+ * (strings valid until the next call on p) and *revoked says whether it
+ * ended (false: its token is another). */
+int pgstore_revoke(struct pgstore *p, const char *session,
+                   size_t session_len, uint64_t token, struct lease_row *row,
+                   bool *found, bool *revoked);
+
 struct pgstore_stats {
     uint64_t live, entries, high_water;
     int64_t quarantine_remaining_ns;

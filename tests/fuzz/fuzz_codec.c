@@ -2,8 +2,8 @@
  * Fuzz target: the request decoder (daemon/codec.h), every method.
  *
  * The first byte picks the decoder, the rest is the protobuf body:
- * byte % 7 is an enum request_op (OP_ACQUIRE..OP_STATS) for
- * codec_decode(), or 6 for codec_decode_health(), whose service buffer
+ * byte % 8 is an enum request_op (OP_ACQUIRE..OP_REVOKE) for
+ * codec_decode(), or 7 for codec_decode_health(), whose service buffer
  * is then 1..256 bytes (the next byte) and whose body follows it.
  *
  * Whatever the bytes, nothing may crash or leak, and every outcome must
@@ -18,7 +18,8 @@
  *  - Get: a session of 1..512 bytes of valid UTF-8; List: a prefix empty
  *    or like it, a page token empty or like it, a page size 1..1000
  *    (admin strings are protobuf-c's NUL-terminated copies, so their
- *    lengths are strlen's);
+ *    lengths are strlen's); Revoke: a session like a lease call's, its
+ *    length kept (a change: "a\0b" is not "a");
  *  - a failure: status REPLY_INVALID, a reason, and no message to free;
  *  - health: success only with a NUL-terminated name that fits.
  */
@@ -156,6 +157,9 @@ static void fuzz_decode(enum request_op op, const uint8_t *data, size_t size)
         break;
     case OP_STATS:
         break;
+    case OP_REVOKE: /* a change: the exact bytes, as a lease call's */
+        REQUIRE(string_ok(req.session, req.session_len, ENGINE_SESSION_MAX));
+        break;
     }
     codec_free(msg);
 }
@@ -177,8 +181,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return 0;
-    unsigned pick = data[0] % 7;
-    if (pick <= OP_STATS)
+    unsigned pick = data[0] % (OP_REVOKE + 2);
+    if (pick <= OP_REVOKE)
         fuzz_decode((enum request_op)pick, data + 1, size - 1);
     else
         fuzz_health(data + 1, size - 1);

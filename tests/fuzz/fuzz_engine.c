@@ -9,7 +9,8 @@
  *
  *   0 Acquire          arg picks session and owner
  *   1 Renew            next byte picks session, owner; arg the token:
- *   2 Release            right, older, newer, last acknowledged, 0, max
+ *   2 Release            right, older, newer, last acknowledged, 0, max;
+ *                        arg 24..31: Revoke (the session; any owner)
  *   3 engine_collect   up to 64 entries (every bucket) or 1..4 of them
  *   4 clock +1..8 ns, or +250 ms steps up to 6 s
  *   5 clock +5 s steps up to 160 s
@@ -389,6 +390,23 @@ static void do_release(int s, int o, uint64_t token)
     push_put(s, &before, &after, false);
 }
 
+/* An operator's Revoke: any holder, with its token or token 0. */
+static void do_revoke(int s, uint64_t token)
+{
+    make_room();
+    struct mentry before = m.cur[s], after = before;
+    bool held = before.exists && before.owner >= 0;
+    bool ok = held && (token == 0 || token == before.token);
+    int rc = engine_revoke(m.e, sessions[s].p, sessions[s].len, token,
+                           &m.chg[m.tail]);
+    REQUIRE(rc == (ok ? ENGINE_OK : held ? ENGINE_HELD : ENGINE_NOOP));
+    if (!ok)
+        return;
+    after.owner = -1;
+    after.held_at_start = false;
+    push_put(s, &before, &after, false);
+}
+
 static void do_collect(size_t max)
 {
     /* The daemon's gc timer: once the quarantine is over, only the
@@ -513,8 +531,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             i++;
             if (op == 1)
                 do_renew(s, o, pick_token(s, arg));
-            else
+            else if (arg < 24)
                 do_release(s, o, pick_token(s, arg));
+            else
+                do_revoke(s, pick_token(s, arg));
             break;
         }
         case 3:

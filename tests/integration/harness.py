@@ -419,6 +419,10 @@ class Client:
         return self._admin("Stats", admin_pb.StatsRequest(),
                            admin_pb.StatsResponse)
 
+    def revoke(self, session, token=0):
+        return self._admin("Revoke", admin_pb.RevokeRequest(
+            session_id=session, token=token), admin_pb.RevokeResponse).lease
+
     def raw(self, method, payload, timeout=None):
         """Sends raw bytes to SERVICE + method (or a full path)."""
         path = method if method.startswith("/") else SERVICE + method

@@ -1,6 +1,6 @@
 """leased's admin service (leased.admin.v1.Admin) on the real daemon: Get,
-List (paged, stable order, prefixes), Stats, and its authentication (the
-lease tokens, or its own --admin-token-file).
+List (paged, stable order, prefixes), Stats, Revoke, and its
+authentication (the lease tokens, or its own --admin-token-file).
 """
 import os
 import signal
@@ -14,6 +14,9 @@ from harness import Leased, expect_code
 
 NOT_FOUND = grpc.StatusCode.NOT_FOUND
 UNAUTH = grpc.StatusCode.UNAUTHENTICATED
+FAILED = grpc.StatusCode.FAILED_PRECONDITION
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+ADMIN = harness.ADMIN
 
 
 def test_get_live_expired_and_missing():
@@ -133,6 +136,61 @@ def test_stats_count_the_leases_live_now():
         assert c.stats().live_leases == 3
 
 
+def details_of(fn, *args):
+    try:
+        fn(*args)
+    except grpc.RpcError as e:
+        return e.code(), e.details()
+    raise AssertionError("not refused")
+
+
+def test_revoke_ends_any_holders_lease_durably():
+    """An operator's Revoke: whoever holds the session, or only while its
+    token is the one given; the holder's next Renew is refused, the next
+    Acquire gets a greater token, it is audited and counted, bad input
+    changes nothing, and (embedded) it outlives a kill -9 at once after
+    its answer."""
+    with Leased(ttl="30s", args=["--metrics-listen", "127.0.0.1:0"]) as d:
+        c = d.client()
+        a = c.acquire("r1", "alice")
+        other = c.acquire("r2", "zoe")
+        assert details_of(c.revoke, "r1", a.token + 1) == \
+            (FAILED, "the lease's token is %d, not %d" % (a.token,
+                                                         a.token + 1))
+        assert details_of(c.revoke, "never") == (NOT_FOUND, "no lease")
+        assert c.renew(a).token == a.token  # untouched so far
+        ended = c.revoke("r1", a.token)
+        assert (ended.session_id, ended.owner, ended.token) == \
+            ("r1", "alice", a.token)
+        expect_code(FAILED, c.renew, a)
+        expect_code(NOT_FOUND, c.get, "r1")
+        expect_code(NOT_FOUND, c.revoke, "r1")  # released: nothing to end
+        b = c.acquire("r1", "bob")
+        assert b.token == a.token + 1
+        assert c.revoke("r1").owner == "bob"  # token 0: whoever holds it
+        # Bad input: refused, nothing revoked. "r2\0x" is not "r2".
+        expect_code(INVALID, c.revoke, "")
+        nul = b"\x0a\x04r2\x00x"  # session_id, with an embedded NUL
+        expect_code(INVALID, c.raw, ADMIN + "Revoke", nul)
+        assert c.get("r2").owner == "zoe"
+        d.wait_log(r'msg=revoke identity="" session="r1" owner="bob" '
+                   r'token=%d' % b.token)
+        log = d.log_text()
+        assert 'msg=revoke identity="" session="r1" owner="alice" ' \
+               'token=%d' % a.token in log
+        assert log.count("msg=revoke ") == 2, log
+        assert d.metrics()[("leased_revokes_total", ())] == 2
+        # Durable before its answer: nothing but the disk survives -9.
+        ended = c.revoke("r2")
+        if d.postgres is None:
+            d.kill9()
+            d.start()
+            c = d.client()
+        expect_code(NOT_FOUND, c.get, "r2")
+        # Released leases are not quarantined: taken at once, above zoe's.
+        assert c.acquire("r2", "yves").token == other.token + 1
+
+
 def test_admin_uses_the_lease_tokens_by_default():
     with Leased(token="lease-tok") as d:
         anon = harness.Client(d.channel())
@@ -154,6 +212,8 @@ def test_admin_token_file_of_its_own():
             assert admin_c.get("a").owner == "alice"
             expect_code(UNAUTH, lease_c.get, "a")  # not an admin token
             expect_code(UNAUTH, admin_c.acquire, "b", "x")  # nor for leases
+            expect_code(UNAUTH, lease_c.revoke, "a")
+            assert admin_c.revoke("a").owner == "alice"
             harness.write_private(admin, "admin-tok-2\n")
             d.proc.send_signal(signal.SIGHUP)
             d.wait_log(r"msg=reloaded what=admin_tokens count=1")

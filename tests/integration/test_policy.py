@@ -189,6 +189,28 @@ def test_two_tenants_by_named_token():
         assert "tok-" not in log  # never a bearer token
 
 
+def test_revoke_needs_admin_write_on_the_session():
+    policy = write_policy("team-a sessions=a/ owners=host-a admin=read\n"
+                          "team-b sessions=b/ admin=write\n"
+                          "ops sessions=* admin=write\n")
+    with Leased(ttl="30s", args=["--auth-token-file", token_file(),
+                                 "--policy-file", policy]) as d:
+        a = token_client(d, "team-a")
+        la = a.acquire("a/1", "host-a-1")
+        assert denied_reason(a.revoke, "a/1") == \
+            'identity "team-a" may not revoke (admin=write)'
+        assert denied_reason(token_client(d, "team-b").revoke, "a/1") == \
+            'identity "team-b" may not use this session_id'
+        assert a.renew(la).token == la.token  # the refusals changed nothing
+        ops = token_client(d, "ops")
+        assert ops.revoke("a/1").owner == "host-a-1"
+        assert status_of(a.renew, la) == grpc.StatusCode.FAILED_PRECONDITION
+        d.wait_log(r'msg=revoke identity="ops" session="a/1" '
+                   r'owner="host-a-1" token=1')
+        d.wait_log(r'msg=denied identity="team-a" method=Revoke '
+                   r'session="a/1" owner="" token=0 reason="identity')
+
+
 def test_identity_of_certificates_and_tokens_in_the_audit():
     """A URI SAN before a DNS SAN before the common name; a bearer token's
     name before the certificate's identity; without either, the empty
@@ -332,7 +354,7 @@ def test_bad_policy_files_refuse_the_start():
          "%s: line 2: unknown field (want sessions=, owners= or admin=): "
          "owner" % path),
         ("a sessions=a/\n\n\nb admin=all\n",
-         "%s: line 4: admin= wants none or read" % path),
+         "%s: line 4: admin= wants none, read or write" % path),
         ('a sessions=""\n', "%s: line 1: sessions=: an empty prefix" % path),
         ("a sessions=a/\na owners=x\n",
          "%s: line 2: a second rule for the same identity" % path),

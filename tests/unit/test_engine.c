@@ -66,6 +66,13 @@ static int rel(const char *s, const char *o, uint64_t token)
     return rc;
 }
 
+static int rev(const char *s, uint64_t token, struct engine_change *c)
+{
+    int rc = engine_revoke(E, s, strlen(s), token, c);
+    engine_check(E);
+    return rc;
+}
+
 TEST(first_takeover_gets_token_one)
 {
     setup();
@@ -156,6 +163,35 @@ TEST(release_needs_owner_and_token)
     CHECK_EQ_I64(rel("s", "A", a.token), ENGINE_NOOP);
     CHECK_EQ_I64(acq(2, "s", "B", &b), ENGINE_OK);
     CHECK_EQ_U64(b.token, a.token + 1);
+    teardown();
+}
+
+TEST(revoke_frees_any_holder_and_the_next_token_is_greater)
+{
+    setup();
+    struct engine_grant a, b;
+    struct engine_change c;
+    acq(0, "s", "A", &a);
+    CHECK_EQ_I64(rev("s", a.token + 1, &c), ENGINE_HELD);
+    CHECK_EQ_I64(rev("never", 0, &c), ENGINE_NOOP);
+    CHECK_EQ_I64(acq(1, "s", "B", NULL), ENGINE_HELD);
+    CHECK_EQ_I64(rev("s", a.token, &c), ENGINE_OK);
+    /* The lease that ended, for the answer and the audit. */
+    CHECK(c.durable && c.has_before && c.before.owner_len == 1 &&
+          memcmp(c.before.owner, "A", 1) == 0);
+    CHECK_EQ_U64(c.before.token, a.token);
+    CHECK_EQ_I64(c.after.owner_len, 0);
+    engine_finish(E, &c, true);
+    CHECK_EQ_I64(rev("s", 0, &c), ENGINE_NOOP);
+    CHECK_EQ_I64(ren(2, "s", "A", a.token, NULL), ENGINE_HELD);
+    CHECK_EQ_I64(acq(2, "s", "B", &b), ENGINE_OK);
+    CHECK_EQ_U64(b.token, a.token + 1);
+    /* Undone (the commit failed): A holds it again. */
+    CHECK_EQ_I64(rev("s", 0, &c), ENGINE_OK);
+    engine_finish(E, &c, false);
+    engine_check(E);
+    CHECK_EQ_I64(acq(3, "s", "C", NULL), ENGINE_HELD);
+    CHECK_EQ_I64(ren(3, "s", "B", b.token, NULL), ENGINE_OK);
     teardown();
 }
 
@@ -377,7 +413,9 @@ CHECK_MAIN(first_takeover_gets_token_one,
            renew_keeps_token_and_moves_expiry_strictly,
            renew_reclaims_expired_lease_nobody_took,
            renew_after_takeover_or_release_is_held,
-           release_needs_owner_and_token, takeover_chain_tokens_rise,
+           release_needs_owner_and_token,
+           revoke_frees_any_holder_and_the_next_token_is_greater,
+           takeover_chain_tokens_rise,
            embedded_nul_is_another_session,
            quarantine_holds_loaded_leases_for_a_ttl,
            quarantined_owner_can_renew, undo_restores_every_kind_of_change,

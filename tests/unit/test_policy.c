@@ -71,7 +71,7 @@ static const char two_tenants[] =
     "\n"
     "  team-a   sessions=a/,shared/a- owners=host-a  admin=read  \r\n"
     "spiffe://test/team-b\tsessions=b/ owners=host-b,batch-b # trailing\n"
-    "ops sessions=* owners=* admin=read\n"
+    "ops sessions=* owners=* admin=write\n"
     "monitor sessions=* admin=read\n"
     "* sessions=public/ owners=*\n";
 
@@ -113,6 +113,13 @@ TEST(rules_allow_their_prefixes_only)
     CHECK(!allows(p, OP_STATS, "spiffe://test/team-b", NULL, NULL));
     CHECK(!allows(p, OP_GET, "stranger", "public/1", NULL));
     CHECK(allows(p, OP_GET, "monitor", "b/1", NULL));
+    /* Revoke: admin=write (which reads too), its own sessions only. */
+    CHECK(allows(p, OP_REVOKE, "ops", "b/1", NULL));
+    CHECK(allows(p, OP_GET, "ops", "b/1", NULL));
+    CHECK(allows(p, OP_STATS, "ops", NULL, NULL));
+    CHECK(!allows(p, OP_REVOKE, "monitor", "b/1", NULL));
+    CHECK(!allows(p, OP_REVOKE, "team-a", "a/1", NULL));
+    CHECK(!allows(p, OP_REVOKE, "stranger", "public/1", NULL));
     policy_free(p);
 }
 
@@ -132,6 +139,19 @@ TEST(denials_say_why_and_who)
     r = call(OP_LIST, "alice", "", NULL);
     CHECK(!policy_authorize(p, &r));
     CHECK_STR(r.reason, "identity \"alice\" may not call the admin service");
+    r = call(OP_REVOKE, "alice", "a/1", NULL);
+    CHECK(!policy_authorize(p, &r));
+    CHECK_STR(r.reason, "identity \"alice\" may not call the admin service");
+    policy_free(p);
+    p = parse("alice sessions=a/ admin=read\n", err, sizeof(err));
+    r = call(OP_REVOKE, "alice", "a/1", NULL);
+    CHECK(!policy_authorize(p, &r));
+    CHECK_STR(r.reason, "identity \"alice\" may not revoke (admin=write)");
+    policy_free(p);
+    p = parse("alice sessions=a/ owners=al admin=write\n", err, sizeof(err));
+    r = call(OP_REVOKE, "alice", "b/1", NULL);
+    CHECK(!policy_authorize(p, &r));
+    CHECK_STR(r.reason, "identity \"alice\" may not use this session_id");
     r = call(OP_ACQUIRE, "bob", "a/1", "al");
     CHECK(!policy_authorize(p, &r));
     CHECK_STR(r.reason, "identity \"bob\" has no rule in the policy");
@@ -214,7 +234,7 @@ TEST(bad_lines_are_named_by_file_and_line)
                                    "written without quotes");
     refused("a sessions=x/*\n", "line 1: sessions=: * stands alone");
     refused("a sessions=*,x/\n", "line 1: sessions=: * stands alone");
-    refused("a admin=write\n", "line 1: admin= wants none or read");
+    refused("a admin=all\n", "line 1: admin= wants none, read or write");
     refused("a admin\n", "line 1: want IDENTITY followed by sessions=, "
                          "owners= or admin= fields, not admin");
     refused("sessions=x/ owners=y\n",

@@ -256,6 +256,41 @@ TEST(release_of_another_owners_or_a_missing_lease_frees_nothing)
     CHECK(rules_reason(RULES_OK) == NULL);
 }
 
+TEST(revoke_ends_any_holders_lease_as_release_does)
+{
+    struct rules_outcome o;
+    struct rules_row r = row("A", 3, 30);
+    /* Whatever owner is presented (an operator is not the holder), live
+     * or expired, and with the holder's token or 0 (any). */
+    for (int64_t t = 0; t <= 100; t += 50) {
+        CHECK_EQ_I64(decide(RULES_REVOKE, &r, "", 0, t, &o), RULES_OK);
+        CHECK(o.durable && !o.takeover);
+        CHECK(o.after.owner_len == 0 && o.after.owner == NULL);
+        CHECK_EQ_U64(o.after.token, 3);
+        CHECK_EQ_I64(o.after.expiry_ns, 30 * S);
+        CHECK_EQ_I64(decide(RULES_REVOKE, &r, "B", 3, t, &o), RULES_OK);
+        CHECK_EQ_U64(o.after.token, 3);
+    }
+    /* Quarantined: still the holder's, still revocable. */
+    r.quarantined = true;
+    CHECK_EQ_I64(decide(RULES_REVOKE, &r, "", 0, 0, &o), RULES_OK);
+}
+
+TEST(revoke_with_another_token_or_of_no_holder_frees_nothing)
+{
+    struct rules_outcome o;
+    struct rules_row r = row("A", 3, 30);
+    CHECK_EQ_I64(decide(RULES_REVOKE, &r, "A", 2, 0, &o), RULES_LOST);
+    check_empty(&o);
+    CHECK_EQ_I64(decide(RULES_REVOKE, &r, "", 4, 0, &o), RULES_LOST);
+    check_empty(&o);
+    struct rules_row released = row("", 3, 30);
+    CHECK_EQ_I64(decide(RULES_REVOKE, &released, "", 0, 0, &o), RULES_NOOP);
+    CHECK_EQ_I64(decide(RULES_REVOKE, &released, "", 3, 0, &o), RULES_NOOP);
+    CHECK_EQ_I64(decide(RULES_REVOKE, NULL, "", 0, 0, &o), RULES_NOOP);
+    check_empty(&o);
+}
+
 /* A session's row, kept as a store would: the outcome of every RULES_OK
  * is what is stored next. */
 struct store {
@@ -410,7 +445,7 @@ static int decide_bad_op(int op)
 
 TEST(an_unknown_op_aborts_instead_of_releasing)
 {
-    int ops[] = {0, RULES_RELEASE + 1, -1, 99};
+    int ops[] = {0, RULES_REVOKE + 1, -1, 99};
     for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
         int status = decide_bad_op(ops[i]);
         CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
@@ -418,6 +453,8 @@ TEST(an_unknown_op_aborts_instead_of_releasing)
 }
 
 CHECK_MAIN(acquire_free_takes_over_with_the_first_token,
+           revoke_ends_any_holders_lease_as_release_does,
+           revoke_with_another_token_or_of_no_holder_frees_nothing,
            acquire_own_live_lease_keeps_token_and_extends,
            acquire_expired_lease_takes_over,
            acquire_released_lease_takes_over_at_now_plus_ttl,

@@ -552,6 +552,68 @@ TEST(commit_failing_while_a_sync_is_in_flight)
     end_case();
 }
 
+static void revoke_req(struct request *r, const char *session, uint64_t token)
+{
+    lease_req(r, OP_REVOKE, session, "", token);
+}
+
+/* An operator's Revoke is a change of owner as a Release is: answered
+ * once committed and synced, with the lease it ended; decided in its
+ * turn among the session's calls (the holder's renewal after it is
+ * refused); NOT_FOUND of a free session, FAILED_PRECONDITION for another
+ * token; a failed commit leaves the holder its lease. */
+TEST(revoke_is_answered_once_stored_and_ends_the_holders_lease)
+{
+    begin_case();
+    start(LONG_TTL_NS);
+    struct request a, k, v, r, none, other, f, r2, b;
+    acquired(&a, "s1", "alice");
+    revoke_req(&other, "s1", a.grant_token + 1);
+    revoke_req(&none, "never", 0);
+    SUBMIT(&other, &none);
+    RUN_UNTIL(answered(&other) && answered(&none));
+    CHECK_EQ_I64(other.status, REPLY_HELD);
+    CHECK_STR(other.reason, "the lease's token is 1, not 2");
+    CHECK_EQ_I64(none.status, REPLY_NOT_FOUND);
+    /* A failed commit: nothing ended, alice renews. */
+    fake_fail(h->fake, FAKE_APPLY, STORE_EIO);
+    revoke_req(&f, "s1", 0);
+    SUBMIT(&f);
+    RUN_UNTIL(answered(&f));
+    CHECK_EQ_I64(f.status, REPLY_UNAVAILABLE);
+    fake_fail(h->fake, FAKE_APPLY, STORE_OK);
+    renew(&k, "s1", "alice", a.grant_token);
+    SUBMIT(&k);
+    RUN_UNTIL(answered(&k));
+    CHECK_EQ_I64(k.status, REPLY_OK);
+    /* Held at the sync: the revoke and the renewal behind it wait. */
+    fake_hold(h->fake, FAKE_SYNC);
+    revoke_req(&v, "s1", a.grant_token);
+    renew(&r, "s1", "alice", a.grant_token);
+    SUBMIT(&v, &r);
+    RUN_UNTIL(fake_waiting(h->fake, FAKE_SYNC) == 1);
+    CHECK(fake_committed(h->fake, "s1", "", a.grant_token, -1));
+    CHECK(!answered(&v) && !answered(&r));
+    fake_release(h->fake, FAKE_SYNC);
+    RUN_UNTIL(answered(&v) && answered(&r));
+    CHECK_EQ_I64(v.status, REPLY_OK);
+    CHECK_EQ_I64(v.change, CHANGE_REVOKE);
+    CHECK(v.admin != NULL && v.admin->n == 1);
+    if (v.admin != NULL && v.admin->n == 1) {
+        CHECK_STR(v.admin->leases[0].owner, "alice");
+        CHECK_EQ_U64(v.admin->leases[0].token, a.grant_token);
+    }
+    CHECK_EQ_I64(r.status, REPLY_HELD);
+    revoke_req(&r2, "s1", 0); /* released now: nothing to revoke */
+    acquire(&b, "s1", "bob");
+    SUBMIT(&r2, &b);
+    RUN_UNTIL(answered(&r2) && answered(&b));
+    CHECK_EQ_I64(r2.status, REPLY_NOT_FOUND);
+    CHECK_EQ_I64(b.status, REPLY_OK);
+    CHECK_EQ_U64(b.grant_token, a.grant_token + 1);
+    end_case();
+}
+
 /* Requests wait for a sync that will cover two commits; it fails: none
  * of them is ever answered, the server reports the fatal error once,
  * and what the sync before it covered was answered. */
@@ -795,6 +857,7 @@ CHECK_MAIN(takeover_answered_only_after_its_commit_and_sync,
            a_sync_begun_during_a_commit_does_not_cover_it,
            answers_wait_for_the_sync_of_the_takeover_they_saw,
            commit_failing_while_a_sync_is_in_flight,
+           revoke_is_answered_once_stored_and_ends_the_holders_lease,
            sync_failing_for_requests_spanning_two_commits,
            full_queue_spills_into_the_next_batch,
            failed_takeover_is_not_cleared_by_a_renewal,
