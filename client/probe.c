@@ -7,8 +7,9 @@
  *
  * ADDR is HOST:PORT or unix:PATH; without it, the first address of
  * $LEASED_LISTEN, else 127.0.0.1:7443. Prints the status; exits 0 when
- * SERVING, 1 otherwise (NOT_SERVING, unreachable, timed out), 2 on bad
- * usage.
+ * SERVING, 1 otherwise (NOT_SERVING, unreachable, timed out: a failed
+ * call is said on stderr by its gRPC status, "UNAVAILABLE (14)"), 2 on
+ * bad usage.
  */
 #include <getopt.h>
 #include <grpc/grpc.h>
@@ -20,6 +21,7 @@
 #include "conn.h"
 #include "duration.h"
 #include "grpc/health/v1/health.pb-c.h"
+#include "status.h"
 #include "unary.h"
 
 static const char usage[] =
@@ -47,7 +49,9 @@ static int check(grpc_channel *ch, gpr_timespec deadline)
         &grpc__health__v1__health_check_response__descriptor, deadline, &resp,
         NULL, details, sizeof(details));
     if (status != GRPC_STATUS_OK) {
-        fprintf(stderr, "leased-probe: status %d %s\n", (int)status, details);
+        fprintf(stderr, "leased-probe: %s (%d)%s%s\n",
+                status_name((int)status), (int)status,
+                details[0] != '\0' ? ": " : "", details);
         return -1;
     }
     int serving = (int)((Grpc__Health__V1__HealthCheckResponse *)resp)->status;

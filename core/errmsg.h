@@ -1,8 +1,10 @@
 /*
- * The one way a function that fails with a message says why: it writes
- * the message into the caller's buffer (errmsg, len bytes, always
- * NUL-terminated, cut if too long) and returns the caller's error code,
- * so that a failure reads `return errmsg_fail(CODE, errmsg, len, ...)`.
+ * A function that fails with a message writes it into its caller's
+ * buffer (errmsg, len bytes, always NUL-terminated, cut if too long) and
+ * returns its error code. errmsg_fail() does both in one statement, so
+ * that a failure reads `return errmsg_fail(CODE, errmsg, len, ...)`.
+ * Most files write `snprintf(errmsg, len, ...)` and then return, which
+ * comes to the same; new code may use either.
  */
 #ifndef LEASED_ERRMSG_H
 #define LEASED_ERRMSG_H

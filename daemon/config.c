@@ -51,7 +51,8 @@ const struct config_option config_options[] = {
     {.name = "data-dir", .env = "LEASED_DATA_DIR", .arg = "DIR",
      .kind = CONFIG_DIR, FIELD(data_dir),
      .def = "./leased-data",
-     .help = "where the database and lock file live; created if missing"},
+     .help = "where the SQLite database and its lock file live; created "
+             "if missing; not used with --postgres"},
     {.name = "ttl", .env = "LEASED_TTL", .arg = "DURATION",
      .kind = CONFIG_DURATION, FIELD(ttl_ns), .min = 100 * MS, .max = HOUR,
      .def = "30s", .example = "(e.g. 500ms, 30s, 1m)",
@@ -82,7 +83,7 @@ const struct config_option config_options[] = {
     {.name = "auth-token-file", .env = "LEASED_AUTH_TOKEN_FILE", .arg = "FILE",
      .kind = CONFIG_FILE, FIELD(auth_token_file),
      .help = "bearer tokens, one per line as 'NAME TOKEN': every call "
-             "needs 'authorization: Bearer TOKEN'; mode 600"},
+             "needs 'authorization: Bearer TOKEN'; mode 600 or 400"},
     {.name = "admin-token-file", .env = "LEASED_ADMIN_TOKEN_FILE",
      .arg = "FILE",
      .kind = CONFIG_FILE, FIELD(admin_token_file),
@@ -133,10 +134,12 @@ const struct config_option config_options[] = {
              "TTL"},
     {.name = "postgres-connections", .env = "LEASED_POSTGRES_CONNECTIONS",
      .arg = "N",
-     .kind = CONFIG_INT, FIELD(pg_connections), .min = 1, .max = 16,
+     .kind = CONFIG_INT, FIELD(pg_connections), .min = 1,
+     .max = CONFIG_MAX_PG_CONNECTIONS,
      .def = "2",
-     .help = "connections to the database, each with one batch of calls "
-             "in flight; more let more batches commit at once"},
+     .help = "connections to the database, each a pipeline of up to two "
+             "batches of calls, the second waiting at the database while "
+             "it decides the first; more let more batches commit at once"},
     {.name = "import-from", .env = "LEASED_IMPORT_FROM", .arg = "DIR",
      .kind = CONFIG_DIR, FIELD(import_from),
      .help = "with --postgres: copy the leases of the SQLite store in DIR "
@@ -201,8 +204,10 @@ static const char intro[] =
     "\n"
     "A lease service: serves mecatl.driver.v1.SessionLeaseService\n"
     "(Acquire, Renew, Release) over gRPC, with fencing tokens kept in\n"
-    "SQLite. Every flag can also be set as the environment variable shown.\n"
-    "SIGHUP reloads the token file and the TLS files; SIGTERM drains.\n"
+    "SQLite in --data-dir, or in PostgreSQL with --postgres. Every flag\n"
+    "can also be set as the environment variable shown. SIGHUP reloads\n"
+    "the token files, the policy file and the TLS files; SIGTERM and\n"
+    "SIGINT drain. See leased(8).\n"
     "\n";
 
 /* Digits only (no sign, no space) in base 10 or 8, within min..max. */

@@ -12,6 +12,9 @@
 #include "log.h"
 
 #define CONFIG_MAX_LISTEN 16
+/* The most --postgres-connections takes: main.c holds it to the size of
+ * the replica's array of connections (REPLICA_MAX_CONNECTIONS). */
+#define CONFIG_MAX_PG_CONNECTIONS 16
 
 struct config {
     /* Borrowed from argv or the environment (or static defaults). */
@@ -33,7 +36,8 @@ struct config {
     const char *postgres; /* libpq conninfo; NULL: SQLite in data_dir */
     int64_t max_skew_ns;  /* between database hosts' clocks */
     int64_t pg_timeout_ns; /* of one round trip to the database */
-    int pg_connections;    /* to the database, each a batch in flight */
+    int pg_connections;    /* to the database (1..CONFIG_MAX_PG_CONNECTIONS),
+                              each up to two batches in flight */
     const char *import_from; /* a SQLite data directory to copy; or NULL */
     struct config_limits {
         int max_streams;        /* concurrent calls per connection */

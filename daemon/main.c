@@ -13,6 +13,7 @@
  * answering nothing more: the supervisor restarts it, and the new
  * process reads what the disk really holds (see server.c).
  */
+#include <assert.h>
 #include <errno.h>
 #include <grpc/grpc.h>
 #include <limits.h>
@@ -44,6 +45,11 @@
 #include "tls.h"
 #include "tokens.h"
 #include "version.h"
+
+/* --postgres-connections fills an array of this many (dbs[] below, and
+ * the replica's slots). */
+static_assert(CONFIG_MAX_PG_CONNECTIONS <= REPLICA_MAX_CONNECTIONS,
+              "--postgres-connections takes more than a replica has room for");
 
 struct daemon {
     /* The loop side: the embedded server, or a replica over PostgreSQL

@@ -88,7 +88,7 @@ struct pgstore_call {
     size_t owner_len;
     uint64_t token; /* Renew, Release */
 
-    /* Set by pgstore_decide() when it returns PGSTORE_OK: */
+    /* Set when pgstore_done() gives the batch back with PGSTORE_OK: */
     int code;          /* enum rules_code */
     uint64_t granted;  /* the lease's token (RULES_OK) */
     int64_t expiry_ns; /* its expiry on the database's clock */

@@ -6,6 +6,7 @@ and exits 0.
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -245,10 +246,13 @@ def test_drain_under_calls_that_never_stop():
     assert drain_s >= 1.0, drain_s
 
 
-def probe(*args, env=None):
+def probe(*args, env=None, stderr=False):
+    """(exit code, stdout), and stderr too if asked."""
     p = subprocess.run([os.environ["LEASED_PROBE_BIN"]] + list(args),
                        capture_output=True, text=True, timeout=20,
                        env=dict(os.environ, **(env or {})))
+    if stderr:
+        return p.returncode, p.stdout.strip(), p.stderr
     return p.returncode, p.stdout.strip()
 
 
@@ -263,6 +267,24 @@ def test_probe_says_serving_or_not():
         addr = d.addr
     assert probe(addr, "--timeout", "300ms") == (1, addr + " UNREACHABLE")
     assert probe("--bogus")[0] == 2
+
+
+def test_probe_names_the_status_of_a_failed_call():
+    """A failed Check is said by its gRPC status's name and number:
+    refused (UNAVAILABLE), and a server that accepts the connection but
+    never speaks (DEADLINE_EXCEEDED), so the name is the call's own."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        addr = "127.0.0.1:%d" % silent.getsockname()[1]
+        rc, out, err = probe(addr, "--timeout", "300ms", stderr=True)
+        assert (rc, out) == (1, addr + " UNREACHABLE")
+        assert err.startswith("leased-probe: DEADLINE_EXCEEDED (4)"), err
+    # The port is closed now: nothing listens there.
+    rc, out, err = probe(addr, "--timeout", "2s", stderr=True)
+    assert (rc, out) == (1, addr + " UNREACHABLE")
+    assert err.startswith("leased-probe: UNAVAILABLE (14): "), err
+    assert "status 14" not in err
 
 
 def test_probe_over_tls_and_a_unix_socket():

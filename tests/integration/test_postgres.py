@@ -14,14 +14,17 @@ import os
 import random
 import re
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 import grpc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import certs  # noqa: E402
 import harness  # noqa: E402
 import pg  # noqa: E402
 from harness import Leased, expect_code, status_of  # noqa: E402
@@ -181,6 +184,97 @@ def test_replicas_share_one_database():
         for c in clients:
             got = c.get("race")
             assert (got.owner, got.token) == (lease.owner, 10)
+
+
+FLEET_NAME = "leased-fleet.test"
+
+
+def in_mount_namespace_with_hosts(case, hosts):
+    """Runs case of this file again, in a mount namespace of its own
+    whose /etc/hosts is hosts (a bind mount: the machine's file stays as
+    it is), with LEASED_TEST_HOSTS set to that text. Fails with the run's
+    output unless it passes."""
+    with tempfile.TemporaryDirectory(prefix="leased-hosts-") as tmp:
+        path = os.path.join(tmp, "hosts")
+        with open(path, "w") as f:
+            f.write(hosts)
+        p = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+             'mount --bind "$1" /etc/hosts && shift && exec "$@"', "sh",
+             path, sys.executable, os.path.abspath(__file__), case],
+            env=dict(os.environ, LEASED_TEST_HOSTS=hosts),
+            capture_output=True, text=True, timeout=100)
+        assert p.returncode == 0, (
+            "%s in a mount namespace (needs root, and unshare(1) and "
+            "mount(8) allowed) exited %d:\n%s%s"
+            % (case, p.returncode, p.stdout, p.stderr))
+
+
+def test_a_dns_name_of_every_replica_reaches_the_one_left():
+    """docs/ha.md: a client that dials one target, as Mecatl's driver
+    does, reaches several replicas through one DNS name that resolves to
+    every replica's address; gRPC's default policy (pick_first) moves to
+    the next address when the one it used goes away. Here the name is in
+    /etc/hosts (of a mount namespace of the test's own) with two loopback
+    addresses, a replica over one database on the same port of each,
+    over TLS as off loopback. A Python channel kept open (a running
+    server) and leasectl (a process per call) use the name; each replica
+    is stopped in turn, and the lease goes on being renewed, with its
+    token, by the other."""
+    if os.environ.get("LEASED_TEST_HOSTS") is None:
+        in_mount_namespace_with_hosts(
+            "test_a_dns_name_of_every_replica_reaches_the_one_left",
+            "127.0.0.1 localhost\n127.0.0.1 %s\n127.0.0.2 %s\n"
+            % (FLEET_NAME, FLEET_NAME))
+        return
+    # The namespace's /etc/hosts is the one the case was given.
+    addrs = sorted({a[4][0] for a in socket.getaddrinfo(
+        FLEET_NAME, 1, socket.AF_INET, socket.SOCK_STREAM)})
+    assert addrs == ["127.0.0.1", "127.0.0.2"], addrs
+    _, conninfo = new_database()
+    with tempfile.TemporaryDirectory(prefix="leased-fleet-") as tmp, \
+            contextlib.ExitStack() as stack:
+        c = certs.make(os.path.join(tmp, "certs"))
+        a = stack.enter_context(Leased(ttl="30s", postgres=conninfo, tls=c))
+        port = a.addr.rsplit(":", 1)[1]
+        a.listen = a.addr  # its next start: the same port
+        b = stack.enter_context(Leased(ttl="30s", postgres=conninfo, tls=c,
+                                       listen="127.0.0.2:" + port))
+        target = "%s:%s" % (FLEET_NAME, port)
+        # The server certificate is for localhost (certs.py).
+        channel = grpc.secure_channel(
+            target, harness.tls_creds(c),
+            options=[("grpc.ssl_target_name_override", "localhost")])
+        stack.callback(channel.close)
+        client = harness.Client(channel)
+
+        def leasectl(*args):
+            p = subprocess.run(
+                [os.environ["LEASECTL_BIN"], "--url", target, "--tls-ca",
+                 c.path("ca.pem"), "--tls-server-name", "localhost",
+                 "--json"] + list(args),
+                capture_output=True, text=True, timeout=30)
+            assert p.returncode == 0, (args, p.returncode, p.stderr)
+            return json.loads(p.stdout)
+
+        lease = client.acquire("fleet", "web-1")
+        assert lease.token == 1
+        assert leasectl("acquire", "fleet-ctl", "--owner", "ops-1")[
+            "token"] == 1
+        # Each replica stopped in turn (the other one started again
+        # first): whichever the channel used, it has to reach the one
+        # left, as a new leasectl does.
+        for gone, left in ((a, b), (b, a)):
+            if left.proc.poll() is not None:
+                left.start()
+            assert gone.stop() == 0
+            lease = client.renew(lease)
+            assert (lease.owner, lease.token) == ("web-1", 1)
+            got = leasectl("acquire", "fleet-ctl", "--owner", "ops-1")
+            assert (got["owner"], got["token"]) == ("ops-1", 1)
+        # The control: with no replica left, the name reaches nothing.
+        a.stop()
+        expect_code(UNAVAILABLE, client.renew, lease)
 
 
 def test_a_call_waiting_for_a_busy_connection_is_answered():

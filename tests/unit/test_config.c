@@ -1,6 +1,7 @@
 /* Configuration: durations, listen addresses, flags and environment,
  * and the table of options (daemon/config.c) against its users: every
- * row reachable by flag and variable, --help and docs/operations.md. */
+ * row reachable by flag and variable, --help, docs/operations.md and
+ * the man page, docs/leased.8. */
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -604,8 +605,109 @@ TEST(docs_list_every_option)
     }
 }
 
+/* A man page's line without its escapes for a hyphen and for the
+ * font: "\\-\\-listen" reads "--listen", "\\fIX\\fP" reads "X". */
+static void unescape(const char *in, char *out, size_t len)
+{
+    size_t k = 0;
+    for (const char *p = in; *p != '\0' && *p != '\n' && k + 1 < len; p++) {
+        if (p[0] == '\\' && p[1] == '-') {
+            out[k++] = '-';
+            p++;
+        } else if (p[0] == '\\' && p[1] == 'f' && p[2] != '\0') {
+            p += 2;
+        } else {
+            out[k++] = *p;
+        }
+    }
+    out[k] = '\0';
+}
+
+/* docs/leased.8's OPTIONS: each row of config_options has one entry
+ * (".TP", then ".BI \\-\\-NAME \" ARG\"", or ".B \\-\\-NAME" for a
+ * switch) that names its variable and, when it has one, says
+ * "Default: D."; no entry for a flag that is no option but --help and
+ * --version. So a flag added, renamed or given another default in
+ * config.c, and not in the man page, fails here. */
+TEST(man_page_lists_every_option)
+{
+    const char *path = getenv("LEASED_8"); /* tests/meson.build */
+    FILE *f = path != NULL ? fopen(path, "r") : NULL;
+    if (f == NULL)
+        fprintf(stderr, "cannot read LEASED_8=%s\n", path ? path : "");
+    CHECK(f != NULL);
+    if (f == NULL)
+        return;
+    int seen[64] = {0};
+    CHECK(config_noptions <= sizeof(seen) / sizeof(seen[0]));
+    static char entry[8192];
+    const struct config_option *o = NULL; /* the entry being read */
+    bool after_tp = false;
+    char line[1024], text[1024];
+    for (bool more = true; more;) {
+        more = fgets(line, sizeof(line), f) != NULL;
+        unescape(more ? line : "", text, sizeof(text));
+        bool ends = !more || strncmp(text, ".TP", 3) == 0 ||
+                    strncmp(text, ".SS", 3) == 0 ||
+                    strncmp(text, ".SH", 3) == 0;
+        if (ends && o != NULL) {
+            if (strstr(entry, o->env) == NULL)
+                fprintf(stderr, "leased.8: --%s lacks %s\n", o->name,
+                        o->env);
+            CHECK(strstr(entry, o->env) != NULL);
+            if (o->def != NULL) {
+                char want[128];
+                snprintf(want, sizeof(want), "Default: %s.", o->def);
+                if (strstr(entry, want) == NULL)
+                    fprintf(stderr, "leased.8: --%s lacks \"%s\"\n",
+                            o->name, want);
+                CHECK(strstr(entry, want) != NULL);
+            }
+            o = NULL;
+        }
+        if (o != NULL) {
+            size_t n = strlen(entry);
+            snprintf(entry + n, sizeof(entry) - n, "%s ", text);
+        }
+        /* The line after .TP is the entry's tag. */
+        if (after_tp && (strncmp(text, ".BI --", 6) == 0 ||
+                         strncmp(text, ".B --", 5) == 0)) {
+            const char *flag = strchr(text, '-') + 2;
+            size_t n = strcspn(flag, " \"");
+            char name[128];
+            snprintf(name, sizeof(name), "%.*s", (int)n, flag);
+            if (strcmp(name, "help") != 0 && strcmp(name, "version") != 0) {
+                o = find(name);
+                if (o == NULL)
+                    fprintf(stderr, "leased.8: --%s is no option\n", name);
+                CHECK(o != NULL);
+            }
+            if (o != NULL) {
+                seen[o - config_options]++;
+                char want[256];
+                if (o->arg != NULL)
+                    snprintf(want, sizeof(want), ".BI --%s \" %s\"",
+                             o->name, o->arg);
+                else
+                    snprintf(want, sizeof(want), ".B --%s", o->name);
+                CHECK_STR(text, want);
+                entry[0] = '\0';
+            }
+        }
+        after_tp = strncmp(text, ".TP", 3) == 0;
+    }
+    fclose(f);
+    for (size_t i = 0; i < config_noptions; i++) {
+        if (seen[i] != 1)
+            fprintf(stderr, "leased.8 lists --%s %d times\n",
+                    config_options[i].name, seen[i]);
+        CHECK_EQ_I64(seen[i], 1);
+    }
+}
+
 CHECK_MAIN(durations, listen_addresses, defaults, raise_token_floor,
            flags_win_over_environment, bad_flags_refused,
            plaintext_rule_and_tls_flags, socket_mode,
            every_option_by_flag_and_variable, messages,
-           help_lists_every_option, docs_list_every_option)
+           help_lists_every_option, docs_list_every_option,
+           man_page_lists_every_option)
