@@ -42,7 +42,7 @@ if [ "$1" = test ]; then
     golang-go golang-google-grpc-dev golang-google-protobuf-dev
     libfaketime valgrind strace clang libclang-rt-14-dev
     systemd procps iproute2 git podman runc debootstrap ca-certificates
-    postgresql-15
+    postgresql-15 groff-base
   )
 fi
 
