@@ -8,7 +8,8 @@
 # (uid 10001), listening on 127.0.0.1:7443: reachable with the host's
 # network, or from containers sharing its network namespace (a sidecar).
 # To serve other hosts, give it TLS (certificates on a volume) and a
-# non-loopback --listen; see docs/operations.md, "Docker".
+# non-loopback --listen; see docs/operations.md, "Docker". leasectl is in
+# the image too: `podman exec CONTAINER leasectl stats`.
 
 FROM debian:bookworm AS build
 # What the run command installs to build leased: one list, in deps.sh.
@@ -32,7 +33,11 @@ RUN apt-get update \
  && mkdir -p /var/lib/leased && chown leased:leased /var/lib/leased \
  && chmod 0700 /var/lib/leased
 COPY --from=build /out/usr/local/bin/leased /out/usr/local/bin/leased-probe \
-     /usr/local/bin/
+     /out/usr/local/bin/leasectl /usr/local/bin/
+# leasectl's liblease, in Debian's multiarch directory (dpkg-dev, in the
+# build stage, has meson put it there); ldconfig so the loader finds it.
+COPY --from=build /out/usr/local/lib/ /usr/local/lib/
+RUN ldconfig
 USER 10001:10001
 VOLUME /var/lib/leased
 EXPOSE 7443

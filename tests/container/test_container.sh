@@ -3,7 +3,7 @@
 # from a Debian 12 base made here with debootstrap, runs it, waits for
 # `podman healthcheck run` to say healthy, acquires a lease through it,
 # and checks what the image promises: a non-root user, the data volume
-# (leases survive a new container), port 7443, no build tools.
+# (leases survive a new container), port 7443, leasectl, no build tools.
 #
 #   tests/container/test_container.sh SOURCE_DIR WORK_DIR
 #
@@ -93,6 +93,10 @@ PY
 }
 [ "$(lease s1 alice)" = 1 ] || fail "acquire through the container"
 [ "$(lease s1 bob)" = FAILED_PRECONDITION ] || fail "second owner not refused"
+# leasectl ships in the image, for operators: it sees the lease.
+ctl() { podman exec "$name" leasectl --url "127.0.0.1:$port" "$@"; }
+ctl get s1 --json | grep -q '"owner": *"alice"' ||
+  fail "leasectl get s1 in the container: $(ctl get s1 --json 2>&1)"
 
 # SIGTERM drains and exits 0; a new container on the same volume keeps
 # the lease (restart quarantine) and its token.
