@@ -191,7 +191,7 @@ static void count_change(const struct engine_change *c, int64_t now_ns)
  * ends in req->admin for the answer and the audit, and the holder's
  * token in req->reason when it is another than the one asked for. */
 static int decide_revoke(struct server *s, struct request *req,
-                  struct engine_change *chg)
+                         struct engine_change *chg)
 {
     struct lease_row row;
     bool held = engine_get(s->engine, req->session, req->session_len, &row);
