@@ -6,7 +6,7 @@
  *
  * Every failure is one line on stderr, "leasectl: COMMAND: what happened
  * (STATUS_NAME)" with the gRPC status name; bad usage is "leasectl:
- * [COMMAND: ]what is wrong" and the usage text. Before its first call a
+ * [COMMAND: ]what is wrong" and where the help is. Before its first call a
  * command checks that something listens (ctl_reach): liblease rides out a
  * daemon's restart until its timeout, which from the shell is only a
  * wait when there is no daemon.
@@ -27,6 +27,7 @@
 #include "json.h"
 #include "leased/admin/v1/admin.pb-c.h"
 #include "status.h"
+#include "version.h"
 
 #define WAIT_POLL_NS INT64_C(250000000)
 #define REACH_MS 1000 /* the most ctl_reach takes */
@@ -215,7 +216,8 @@ void ctl_print_lease(const struct ctl *c, const struct lease *l)
 int ctl_acquire(struct ctl *c, const char *session, const char *owner,
                 int64_t wait_ns, struct lease *out)
 {
-    int64_t until = nanotime_mono() + wait_ns;
+    int64_t until =
+        wait_ns == CTL_FOREVER ? INT64_MAX : nanotime_mono() + wait_ns;
     for (;;) {
         int rc = lease_acquire(c->client, session, owner, out);
         int64_t left = until - nanotime_mono();
@@ -552,6 +554,10 @@ int main(int argc, char **argv)
         return rc;
     if (a->help) {
         ctl_help(stdout, a->cmd);
+        return EXIT_OK;
+    }
+    if (a->version) {
+        printf("leasectl %s\n", LEASED_VERSION);
         return EXIT_OK;
     }
     c.cmd = ctl_command_name(a->cmd);

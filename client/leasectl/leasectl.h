@@ -43,6 +43,9 @@ enum ctl_cmd {
     CTL_NONE = -1 /* none (yet): leasectl itself */
 };
 
+/* --wait inf: for as long as it takes. */
+#define CTL_FOREVER INT64_MAX
+
 struct ctl_number {
     bool set;
     uint64_t value;
@@ -53,7 +56,8 @@ struct ctl_number {
  * given is its default (zero without one). */
 struct ctl_args {
     int cmd;   /* enum ctl_cmd */
-    bool help; /* --help: print ctl_help(cmd), and do nothing else */
+    bool help;    /* --help: print ctl_help(cmd), and do nothing else */
+    bool version; /* --version: print the version, and nothing else */
     /* leasectl's own options. */
     const char *url;
     const char *tls_ca_file, *tls_cert_file, *tls_key_file;
@@ -64,7 +68,8 @@ struct ctl_args {
     /* The commands' options. */
     const char *owner; /* NULL: the default owner (ctl_owner) */
     struct ctl_number token;
-    int64_t wait_ns, grace_ns, ttl_ns;
+    int64_t wait_ns; /* CTL_FOREVER: no limit */
+    int64_t grace_ns, ttl_ns;
     long limit; /* 0: none */
     /* The command's argument (SESSION or PREFIX, argv's); NULL: none. */
     char *arg;
@@ -75,9 +80,9 @@ struct ctl_args {
 
 /* Parses argv (argc words) into *a: options before or after the command,
  * "--" ending them, each option checked against the commands that take
- * it, and the command's arguments. Returns EXIT_OK (with a->help set,
- * the caller prints the help and stops), or EXIT_USAGE having said why
- * and printed the usage on stderr. */
+ * it, and the command's arguments. Returns EXIT_OK (with a->help or
+ * a->version set, the caller prints that and stops), or EXIT_USAGE
+ * having said why on stderr (ctl_usage). */
 int ctl_parse(int argc, char **argv, struct ctl_args *a);
 
 /* Prints the help of command cmd (CTL_NONE: leasectl's usage) to f. */
@@ -87,7 +92,8 @@ void ctl_help(FILE *f, int cmd);
 const char *ctl_command_name(int cmd);
 
 /* Reports bad usage of command cmd (CTL_NONE: of leasectl itself) on
- * stderr, "leasectl: CMD: why", then its help; returns EXIT_USAGE. */
+ * stderr, "leasectl: CMD: why", then where its help is ("Try 'leasectl
+ * help CMD'."); returns EXIT_USAGE. */
 int ctl_usage(int cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -122,7 +128,8 @@ const char *ctl_owner(const char *flag, bool unique, char *buf, size_t len);
 void ctl_print_lease(const struct ctl *c, const struct lease *l);
 
 /* Acquire, and with wait_ns > 0 keep trying while the lease is held,
- * until it is free or wait_ns has passed. */
+ * until it is free or wait_ns has passed (CTL_FOREVER: until it is
+ * free). */
 int ctl_acquire(struct ctl *c, const char *session, const char *owner,
                 int64_t wait_ns, struct lease *out);
 

@@ -177,15 +177,15 @@ def test_messages_name_the_command_and_the_status():
         assert rc == INVALID and re.fullmatch(
             r"leasectl: acquire: .* \(INVALID_ARGUMENT\)\n", err), err
         rc, _, err = ctl(d, "acquire", "s", "--bogus")
-        assert rc == USAGE and err.startswith(
-            "leasectl: acquire: unknown option --bogus\n\nUsage: leasectl "
-            "acquire"), err
+        assert rc == USAGE and err == (
+            "leasectl: acquire: unknown option --bogus\n"
+            "Try 'leasectl help acquire'.\n"), err
         rc, _, err = ctl(d, "acquire", "s", "--owner")
         assert rc == USAGE and err.startswith(
             "leasectl: acquire: option --owner needs a value\n"), err
         rc, _, err = ctl(d, "frob")
-        assert rc == USAGE and err.startswith(
-            "leasectl: unknown command frob\n\nUsage: leasectl"), err
+        assert rc == USAGE and err == (
+            "leasectl: unknown command frob\nTry 'leasectl help'.\n"), err
         rc, _, err = ctl(d, "--bogus", "get", "s")
         assert rc == USAGE and err.startswith(
             "leasectl: unknown option --bogus\n"), err
@@ -194,7 +194,8 @@ def test_messages_name_the_command_and_the_status():
             "leasectl: renew: want a lease as JSON on stdin"), err
         rc, _, err = ctl(d, "hold", "h", "--wait", "soon", "--", "true")
         assert rc == USAGE and err.startswith(
-            "leasectl: hold: --wait: not a duration: soon\n"), err
+            "leasectl: hold: --wait: not a duration of at most 1000h, nor "
+            "inf: soon\n"), err
         rc, _, err = ctl(d, "--token-file", "/nonexistent", "stats")
         assert rc == INVALID and err.startswith(
             "leasectl: stats: /nonexistent: "), err
@@ -232,9 +233,9 @@ def test_options_after_the_command():
         assert rc == 0 and json.loads(out)["owner"] == "p", (rc, out, err)
         # Checked the same wherever it stands.
         rc, _, err = run_ctl("get", "s", "--url", d.addr, "--timeout", "0s")
-        assert rc == USAGE and err.startswith(
-            "leasectl: get: --timeout: not a duration of 1ms or more: 0s\n"
-            "\nUsage: leasectl get"), err
+        assert rc == USAGE and err == (
+            "leasectl: get: --timeout: not a duration from 1ms to 1000h: "
+            "0s\nTry 'leasectl help get'.\n"), err
         # After --, words are arguments: a session named --json.
         rc, out, err = run_ctl("get", "--url", d.addr, "--", "--json")
         assert rc == NOT_FOUND and out == "", (rc, out, err)
@@ -251,9 +252,9 @@ def test_options_after_the_command():
 def test_a_command_refuses_the_options_of_others():
     with Leased() as d:
         rc, _, err = ctl(d, "get", "s", "--owner", "o")
-        assert rc == USAGE and err.startswith(
-            "leasectl: get: get takes no --owner\n\nUsage: leasectl get "
-            "SESSION\n"), err
+        assert rc == USAGE and err == (
+            "leasectl: get: get takes no --owner\n"
+            "Try 'leasectl help get'.\n"), err
         rc, _, err = ctl(d, "--limit", "3", "acquire", "s")
         assert rc == USAGE and err.startswith(
             "leasectl: acquire: acquire takes no --limit\n"), err
@@ -318,6 +319,45 @@ def test_exit_codes_for_usage_invalid_unavailable():
     assert ctl(None, "get", "x", url="10.1.2.3:7443")[0] == INVALID
 
 
+def test_usage_errors_are_short_and_help_is_not_an_error():
+    """Bad usage is the one line that says what is wrong and one that says
+    where the help is (as git and kubectl do), on stderr, exit 2; asking
+    for help or the version is no error: it goes to stdout, exit 0."""
+    bad = [
+        (("hold", "h"), "hold: missing -- CMD", "hold"),
+        (("acquire",), "acquire: missing SESSION", "acquire"),
+        (("get", "s", "t"), "get: unexpected argument t", "get"),
+        (("list", "--limit", "0"), "list: --limit: not a number above 0: 0",
+         "list"),
+        (("get", "s", "--tls-cert", "c.pem"),
+         "get: --tls-cert and --tls-key go together", "get"),
+        (("get", "s", "--tls-cert", "c.pem", "--tls-key", "c.key"),
+         "get: --tls-cert needs --tls-ca (TLS)", "get"),
+        (("acquire", "s", "--wait", "1001h"),
+         "acquire: --wait: not a duration of at most 1000h, nor inf: 1001h",
+         "acquire"),
+        ((), "missing COMMAND", None),
+        (("help", "frob"), "unknown command frob", None),
+    ]
+    for args, why, cmd in bad:
+        rc, out, err = run_ctl(*args)
+        hint = "Try 'leasectl help%s'.\n" % (" " + cmd if cmd else "")
+        assert (rc, out, err) == (USAGE, "", "leasectl: %s\n%s" % (why, hint)), \
+            (args, rc, out, err)
+    usage = run_ctl("--help")[1]
+    assert usage.startswith("Usage: leasectl [OPTIONS] COMMAND"), usage
+    hold_help = run_ctl("hold", "--help")[1]
+    assert hold_help.startswith("Usage: leasectl hold SESSION"), hold_help
+    for args, want in [(("-h",), usage), (("help",), usage),
+                       (("help", "hold"), hold_help),
+                       (("hold", "-h"), hold_help),
+                       (("help", "--url", "x", "hold"), hold_help)]:
+        assert run_ctl(*args) == (0, want, ""), args
+    rc, out, err = run_ctl("--version")
+    assert rc == 0 and re.fullmatch(r"leasectl \d+\.\d+\.\d+\n", out) and \
+        err == "", (rc, out, err)
+
+
 def test_man_page_covers_every_command_and_option():
     here = os.path.dirname(os.path.abspath(__file__))
     with open(os.path.join(here, "..", "..", "docs", "leasectl.1")) as f:
@@ -362,6 +402,20 @@ def test_wait_until_free():
         b = ctl_json(d, "acquire", "w", "--owner", "bob", "--wait", "20s")
         # Soon after alice's lease ran out, not at the end of --wait.
         assert b["token"] == 2 and time.monotonic() - start < 10
+
+
+def test_wait_inf_waits_as_long_as_it_takes():
+    """--wait inf: no limit. bob's acquire, started while alice holds the
+    lease, returns once her lease has run out, with the next token."""
+    with Leased(ttl="2s") as d:
+        a = ctl_json(d, "acquire", "w", "--owner", "alice")
+        b = ctl_json(d, "acquire", "w", "--owner", "bob", "--wait", "inf")
+        assert b["token"] == a["token"] + 1, (a, b)
+        # Granted after alice's expiry: bob's lease lasts a TTL from then.
+        assert b["expiry_ns"] - 2 * 10**9 >= a["expiry_ns"], (a, b)
+        rc, out, err = ctl(d, "hold", "w", "--owner", "carol", "--wait",
+                           "inf", "--", "sh", "-c", 'echo "$LEASE_TOKEN"')
+        assert (rc, out) == (0, "%d\n" % (b["token"] + 1)), (rc, out, err)
 
 
 def test_tls_and_token_file():
