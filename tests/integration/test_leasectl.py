@@ -358,6 +358,98 @@ def test_usage_errors_are_short_and_help_is_not_an_error():
         err == "", (rc, out, err)
 
 
+def free_url():
+    """A loopback address where nothing listens."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    url = "127.0.0.1:%d" % s.getsockname()[1]
+    s.close()
+    return url
+
+
+class NoLeaseServer:
+    """A gRPC server that serves no lease service (UNIMPLEMENTED to every
+    call), as another service on the URL would. A context manager; .addr
+    is where it listens."""
+
+    def __init__(self):
+        import concurrent.futures
+        self.server = harness.grpc.server(
+            concurrent.futures.ThreadPoolExecutor(2))
+        self.addr = "127.0.0.1:%d" % self.server.add_insecure_port(
+            "127.0.0.1:0")
+
+    def __enter__(self):
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.stop(0)
+
+
+def man_exit_codes():
+    """The man page's EXIT STATUS table: {code: its text}."""
+    with open(os.path.join(harness.ROOT, "docs", "leasectl.1")) as f:
+        man = f.read()
+    section = man.split(".SH EXIT STATUS\n", 1)[1].split("\n.SH ", 1)[0]
+    entries = re.findall(r"\.TP\n\.B (\d+)\n(.*?)(?=\n\.TP\n|\n\.PP\n|$)",
+                         section, re.S)
+    return {int(code): text for code, text in entries}
+
+
+def test_every_exit_code_of_the_man_page_for_real():
+    """Each exit code the man page lists, and --help's Exit line, against a
+    real case: the real leased (with a token and a policy where they
+    matter) and real calls. A code documented but not produced, or
+    produced but not documented, fails."""
+    with tempfile.TemporaryDirectory() as tmp:
+        def private(name, text):
+            path = os.path.join(tmp, name)
+            harness.write_private(path, text)
+            return path
+        right = ["--token-file", private("right", "right-token\n")]
+        wrong = ["--token-file", private("wrong", "not-the-token\n")]
+        # gRPC's limit on metadata: a token over it is RESOURCE_EXHAUSTED.
+        huge = ["--token-file", private("huge", "t" * 3000 + "\n")]
+        # The harness's token file has the token alone on line 2.
+        policy = private("policy", "token-2 sessions=mine/ owners=* "
+                                   "admin=read\n")
+        with Leased(ttl="30s", token="right-token",
+                    args=["--policy-file", policy,
+                          "--max-metadata-size", "1024"]) as d, \
+                NoLeaseServer() as other:
+            assert ctl(d, "acquire", "mine/held", "--owner", "a",
+                       extra=right)[0] == 0
+            cases = {
+                0: lambda: ctl(d, "get", "mine/held", extra=right),
+                1: lambda: ctl(d, "get", "mine/held", extra=huge),
+                2: lambda: ctl(d, "get", extra=right),
+                3: lambda: ctl(d, "acquire", "mine/held", "--owner", "b",
+                               extra=right),
+                4: lambda: ctl(None, "get", "s", url=free_url()),
+                5: lambda: ctl(d, "get", "mine/" + "x" * 508, extra=right),
+                6: lambda: ctl(d, "get", "mine/none", extra=right),
+                7: lambda: ctl(None, "acquire", "s", url=other.addr),
+                8: lambda: ctl(d, "acquire", "theirs", "--owner", "a",
+                               extra=right),
+                9: lambda: ctl(d, "acquire", "mine/x", "--owner", "a",
+                               extra=wrong),
+            }
+            documented = man_exit_codes()
+            assert sorted(documented) == sorted(cases), documented
+            usage = run_ctl("--help")[1]
+            line = re.search(r"Exit: (.*?)\.\n", usage, re.S).group(1)
+            assert [int(n) for n in re.findall(r"(\d+)\s", line)] == \
+                sorted(cases), line
+            for code, case in sorted(cases.items()):
+                rc, out, err = case()
+                assert rc == code, (code, documented[code], rc, out, err)
+            # The over-long session id: the daemon's reason names the limit.
+            err = cases[5]()[2]
+            assert err == "leasectl: get: session_id: longer than the " \
+                "limit of 512 bytes (INVALID_ARGUMENT)\n", err
+
+
 def test_man_page_covers_every_command_and_option():
     here = os.path.dirname(os.path.abspath(__file__))
     with open(os.path.join(here, "..", "..", "docs", "leasectl.1")) as f:
