@@ -418,9 +418,15 @@ int ctl_hold(struct ctl *c)
     }
     atomic_store(&forwarding, true);
 
+    /* From here on CMD's status is hold's: --timeout no longer ends it
+     * (the watchdog did, if this is too late). */
     struct group g;
-    int err = start(&g, &l, lease_keeper_deadline(k), a->run);
-    if (err == EAGAIN || err == ENOMEM) {
+    int err = ctl_deadline_stop()
+                  ? start(&g, &l, lease_keeper_deadline(k), a->run)
+                  : ETIMEDOUT;
+    if (err == ETIMEDOUT) {
+        code = EXIT_UNAVAILABLE;
+    } else if (err == EAGAIN || err == ENOMEM) {
         fprintf(stderr, "leasectl: hold: fork: %s\n", strerror(err));
         code = EXIT_FAILED;
     } else if (err != 0) {

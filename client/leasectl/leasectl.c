@@ -9,7 +9,8 @@
  * [COMMAND: ]what is wrong" and where the help is. Before its first call a
  * command checks that something listens (ctl_reach): liblease rides out a
  * daemon's restart until its timeout, which from the shell is only a
- * wait when there is no daemon.
+ * wait when there is no daemon. --timeout limits the whole command
+ * (connection.c).
  */
 #include "leasectl.h"
 
@@ -30,7 +31,6 @@
 #include "version.h"
 
 #define WAIT_POLL_NS INT64_C(250000000)
-#define REACH_MS 1000 /* the most ctl_reach takes */
 #define NAME_PART_MAX 64 /* bytes of the login and host names in an owner */
 #define GET_PATH "/leased.admin.v1.Admin/Get"
 
@@ -108,18 +108,6 @@ int ctl_fail(int err, const char *what)
         fprintf(stderr, "leasectl: %s: %s (%s)\n", what, why,
                 status_name(status_of(err)));
     return ctl_exit_of(err);
-}
-
-int ctl_reach(struct ctl *c)
-{
-    char why[256];
-    int64_t ms = c->opts.timeout_ms < REACH_MS ? c->opts.timeout_ms
-                                               : REACH_MS;
-    if (conn_reachable(&c->conn, ms, why, sizeof(why)))
-        return EXIT_OK;
-    fprintf(stderr, "leasectl: %s: cannot connect to %s: %s (UNAVAILABLE)\n",
-            c->cmd, c->args.url, why);
-    return EXIT_UNAVAILABLE;
 }
 
 /* Copies name into out (len bytes), at most NAME_PART_MAX bytes of it,
@@ -577,11 +565,16 @@ int main(int argc, char **argv)
     char why[512];
     c.opts = o;
     int err = a->cmd == CTL_HOLD ? hold_block_signals() : 0;
+    if (err == 0)
+        err = ctl_deadline_start(&c);
     if (err != 0) {
-        fprintf(stderr, "leasectl: hold: starting a thread: %s\n",
+        fprintf(stderr, "leasectl: %s: starting a thread: %s\n", c.cmd,
                 strerror(err));
         return EXIT_FAILED;
     }
+    ctl_quiet_grpc();
+    if ((rc = ctl_check_url(&c)) != EXIT_OK)
+        return rc;
     if (lease_grpc_open(a->url, &o, &c.client) != LEASE_OK)
         return ctl_fail(LEASE_EINVAL, c.cmd);
     if (conn_open(&c.conn, a->url, &o, why, sizeof(why)) != LEASE_OK) {
@@ -590,6 +583,7 @@ int main(int argc, char **argv)
         return EXIT_INVALID;
     }
     rc = run[a->cmd](&c);
+    ctl_deadline_stop(); /* done: what is left is gRPC's own shutdown */
     explicit_bzero(token, sizeof(token));
     conn_close(&c.conn);
     lease_client_destroy(c.client);

@@ -1,7 +1,8 @@
 /*
- * leasectl's parts: the command line (options.c), the connection and
- * output every command shares and the commands (leasectl.c), and `hold`
- * (hold.c).
+ * leasectl's parts: the command line (options.c); what leasectl says of
+ * the connection, and --timeout as the limit of the whole command
+ * (connection.c); the output every command shares and the commands
+ * (leasectl.c); and `hold` (hold.c).
  */
 #ifndef LEASECTL_H
 #define LEASECTL_H
@@ -112,11 +113,33 @@ int ctl_exit_of(int lease_err);
  * (STATUS_NAME)"; returns its exit code. */
 int ctl_fail(int lease_err, const char *what);
 
+/* Before anything uses gRPC: unless $GRPC_VERBOSITY or $GRPC_TRACE asks
+ * for them, gRPC's own log lines are dropped (leasectl says what went
+ * wrong itself). */
+void ctl_quiet_grpc(void);
+
+/* Before opening: without --tls-ca, a target of the URL that is not
+ * loopback is refused on stderr, naming --tls-ca; returns EXIT_INVALID
+ * then, else EXIT_OK (a malformed URL is left to liblease to report). */
+int ctl_check_url(const struct ctl *c);
+
 /* Before a command's first call: when nothing listens at the URL (every
- * target refuses, within a second), says so on stderr and returns
+ * target refuses, within a second), says so on stderr, with what is
+ * probably wrong when one side only speaks TLS, and returns
  * EXIT_UNAVAILABLE, rather than have liblease wait out its timeout for a
  * daemon to come back; EXIT_OK otherwise. */
 int ctl_reach(struct ctl *c);
+
+/* Starts the watchdog of --timeout (c->args; c->cmd names the command):
+ * timeout (and --wait, unless inf) from now, it says on stderr that no
+ * answer came in time and ends the process with EXIT_UNAVAILABLE. With
+ * --wait inf there is none. Call once, after hold_block_signals. Returns
+ * 0 or an errno. */
+int ctl_deadline_start(const struct ctl *c);
+
+/* Stops the watchdog. False when it is too late: it has fired and is
+ * ending the process. */
+bool ctl_deadline_stop(void);
 
 /* The owner to act as (docs/leasectl.1): flag (--owner) if not NULL,
  * else $LEASE_OWNER if set and not empty, else USER@HOST, made unique to

@@ -158,7 +158,8 @@ static const struct row {
      .help = "a bearer token (the first line that is not a comment)"},
     {.name = "timeout", .value = "D", .kind = DURATION,
      .field = FIELD(timeout_ns), .min_ms = 1, .def = "5s", .commands = ALL,
-     .help = "per call"},
+     .help = "the most the command waits for the service, connecting "
+             "included (with --wait, on top of the wait)"},
     {.name = "json", .kind = FLAG, .field = FIELD(json), .commands = ALL,
      .help = "one JSON object per result, for scripts"},
     {.name = "help", .kind = FLAG, .field = FIELD(help), .commands = ALL,

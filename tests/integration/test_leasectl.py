@@ -450,6 +450,68 @@ def test_every_exit_code_of_the_man_page_for_real():
                 "limit of 512 bytes (INVALID_ARGUMENT)\n", err
 
 
+def test_tls_on_one_side_only_says_which():
+    """Plaintext to a TLS port, and TLS to a plaintext one: one line that
+    says what is probably wrong, and no gRPC log line before it unless
+    GRPC_VERBOSITY asks for them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        c = certs.make(os.path.join(tmp, "certs"))
+        ca = ["--tls-ca", c.path("ca.pem")]
+        with Leased(tls=c) as tls, Leased() as plain:
+            rc, out, err = ctl(tls, "get", "s")
+            assert rc == UNAVAILABLE and re.fullmatch(
+                r"leasectl: get: cannot connect to %s: .*: the server "
+                r"probably speaks TLS: give --tls-ca FILE \(UNAVAILABLE\)\n"
+                % re.escape(tls.addr), err), err
+            rc, out, err = ctl(plain, "acquire", "s", extra=ca)
+            assert rc == UNAVAILABLE and re.fullmatch(
+                r"leasectl: acquire: cannot connect to %s: .*: the server "
+                r"probably speaks plaintext: leave out --tls-ca "
+                r"\(UNAVAILABLE\)\n" % re.escape(plain.addr), err), err
+            # Asked for, gRPC's own lines come too.
+            rc, out, err = ctl(plain, "get", "s", extra=ca,
+                               env={"GRPC_VERBOSITY": "error"})
+            assert rc == UNAVAILABLE and "Handshake failed" in err, err
+            assert err.splitlines()[-1].endswith(
+                "leave out --tls-ca (UNAVAILABLE)"), err
+            # Both sides agreeing still works.
+            assert ctl(tls, "acquire", "s", "--owner", "o", extra=ca)[0] == 0
+
+
+def test_a_non_loopback_url_names_the_option_to_give():
+    rc, out, err = ctl(None, "get", "s", url="127.0.0.1:7443,10.1.2.3:7443")
+    assert (rc, out) == (INVALID, ""), (rc, out, err)
+    assert err == ("leasectl: get: 10.1.2.3:7443 is not a loopback "
+                   "address: plaintext is allowed only on loopback or a "
+                   "unix socket: give --tls-ca FILE for TLS "
+                   "(INVALID_ARGUMENT)\n"), err
+
+
+def test_timeout_is_the_limit_of_the_whole_command():
+    """Against a hung daemon (SIGSTOP: the kernel accepts connections,
+    nothing answers), --timeout bounds the whole command, connecting
+    included (it took the check's second and the call's timeout, and
+    more, before); exit 4. With --wait, the wait comes on top."""
+    with Leased(ttl="30s") as d:
+        d.proc.send_signal(signal.SIGSTOP)
+        try:
+            for args, limit in [(("get", "s"), 2.0),
+                                (("acquire", "s", "--owner", "o"), 2.0),
+                                (("renew", "s", "--owner", "o"), 2.0),
+                                (("hold", "s", "--", "true"), 2.0),
+                                (("acquire", "s", "--wait", "1s"), 3.0)]:
+                start = time.monotonic()
+                rc, out, err = ctl(d, *args, extra=("--timeout", "2s"))
+                took = time.monotonic() - start
+                assert rc == UNAVAILABLE, (args, rc, err)
+                assert took < limit + 1.5, (args, took, err)
+                assert re.fullmatch(r"leasectl: %s: no answer within "
+                                    r"--timeout 2s.* \(DEADLINE_EXCEEDED\)\n"
+                                    % args[0], err), (args, err)
+        finally:
+            d.proc.send_signal(signal.SIGCONT)
+
+
 def test_man_page_covers_every_command_and_option():
     here = os.path.dirname(os.path.abspath(__file__))
     with open(os.path.join(here, "..", "..", "docs", "leasectl.1")) as f:
