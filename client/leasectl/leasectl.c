@@ -28,11 +28,13 @@
 #include "json.h"
 #include "leased/admin/v1/admin.pb-c.h"
 #include "status.h"
+#include "validate.h"
 #include "version.h"
 
 #define WAIT_POLL_NS INT64_C(250000000)
 #define NAME_PART_MAX 64 /* bytes of the login and host names in an owner */
 #define GET_PATH "/leased.admin.v1.Admin/Get"
+#define STATS_PATH "/leased.admin.v1.Admin/Stats"
 
 int ctl_exit_of(int err)
 {
@@ -160,47 +162,6 @@ const char *ctl_owner(const char *flag, bool unique, char *buf, size_t len)
     return buf;
 }
 
-/* "2026-11-30T17:00:00.123456789Z" */
-static void format_time(int64_t ns, char *out, size_t len)
-{
-    time_t s = (time_t)(ns / 1000000000);
-    struct tm tm;
-    gmtime_r(&s, &tm);
-    char day[32];
-    strftime(day, sizeof(day), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out, len, "%s.%09lldZ", day, (long long)(ns % 1000000000));
-}
-
-static void print_lease_fields(const struct ctl *c, const char *session,
-                               const char *owner, uint64_t token,
-                               int64_t expiry_ns, int live)
-{
-    char when[48];
-    format_time(expiry_ns, when, sizeof(when));
-    if (c->args.json) {
-        printf("{\"session_id\":");
-        json_put_string(stdout, session);
-        printf(",\"owner\":");
-        json_put_string(stdout, owner);
-        printf(",\"token\":%" PRIu64 ",\"expiry\":\"%s\",\"expiry_ns\":%lld",
-               token, when, (long long)expiry_ns);
-        if (live >= 0)
-            printf(",\"live\":%s", live ? "true" : "false");
-        printf("}\n");
-        return;
-    }
-    double in_s = (double)(expiry_ns - nanotime_wall()) / 1e9;
-    printf("%s  owner %s  token %" PRIu64 "  expires %s (%s%.1fs)%s\n",
-           session, owner, token, when, in_s >= 0 ? "in " : "",
-           in_s >= 0 ? in_s : -in_s, live == 0 ? "  expired" : "");
-}
-
-void ctl_print_lease(const struct ctl *c, const struct lease *l)
-{
-    print_lease_fields(c, l->session_id, l->owner, l->token, l->expiry_ns,
-                       -1);
-}
-
 int ctl_acquire(struct ctl *c, const char *session, const char *owner,
                 int64_t wait_ns, struct lease *out)
 {
@@ -302,11 +263,17 @@ static int lease_from(struct ctl *c, struct lease *l, char *why, size_t len)
     const char *session = a->arg;
     char buf[LEASE_OWNER_MAX + 1];
     const char *owner = ctl_owner(a->owner, false, buf, sizeof(buf));
-    bool long_owner = strlen(owner) > LEASE_OWNER_MAX;
-    if (long_owner || strlen(session) > LEASE_SESSION_MAX) {
-        fprintf(stderr, "leasectl: %s: %s: longer than the limit "
-                        "(INVALID_ARGUMENT)\n",
-                c->cmd, long_owner ? "owner" : "session_id");
+    const char *bad = validate_string((const unsigned char *)session,
+                                      strlen(session), LEASE_SESSION_MAX);
+    const char *field = "session_id";
+    if (bad == NULL) {
+        bad = validate_string((const unsigned char *)owner, strlen(owner),
+                              LEASE_OWNER_MAX);
+        field = "owner";
+    }
+    if (bad != NULL) {
+        fprintf(stderr, "leasectl: %s: %s: %s (INVALID_ARGUMENT)\n", c->cmd,
+                field, bad);
         return EXIT_INVALID;
     }
     snprintf(l->session_id, sizeof(l->session_id), "%s", session);
@@ -323,29 +290,32 @@ static int lease_from(struct ctl *c, struct lease *l, char *why, size_t len)
         conn_call(&c->conn, GET_PATH, 0, &req.base,
                   &leased__admin__v1__get_response__descriptor, &resp, NULL,
                   details, sizeof(details));
-    if (st == GRPC_STATUS_NOT_FOUND) {
-        snprintf(why, len, "%s has no lease", session);
-        return EXIT_OK;
-    }
-    if (st != GRPC_STATUS_OK)
+    if (st != GRPC_STATUS_OK && st != GRPC_STATUS_NOT_FOUND)
         return reported(c, st, details);
     const Leased__Admin__V1__Lease *cur =
-        ((Leased__Admin__V1__GetResponse *)resp)->lease;
+        st == GRPC_STATUS_OK ? ((Leased__Admin__V1__GetResponse *)resp)->lease
+                             : NULL;
+    char s[CTL_ESCAPED_LEN(LEASE_SESSION_MAX)];
+    char held_by[CTL_ESCAPED_LEN(LEASE_OWNER_MAX)];
+    char us[CTL_ESCAPED_LEN(LEASE_OWNER_MAX)];
+    ctl_escaped(session, s, sizeof(s));
     if (cur == NULL)
-        snprintf(why, len, "%s has no lease", session);
+        snprintf(why, len, "%s has no lease", s);
     else if (strcmp(cur->owner, owner) != 0)
-        snprintf(why, len, "%s is held by %s, not %s", session, cur->owner,
-                 owner);
+        snprintf(why, len, "%s is held by %s, not %s", s,
+                 ctl_escaped(cur->owner, held_by, sizeof(held_by)),
+                 ctl_escaped(owner, us, sizeof(us)));
     else
         l->token = cur->token;
-    protobuf_c_message_free_unpacked(resp, NULL);
+    if (st == GRPC_STATUS_OK)
+        protobuf_c_message_free_unpacked(resp, NULL);
     return EXIT_OK;
 }
 
 static int cmd_renew(struct ctl *c)
 {
     struct lease cur, out;
-    char why[1200];
+    char why[4200]; /* three names, escaped */
     int rc = lease_from(c, &cur, why, sizeof(why));
     if (rc != EXIT_OK)
         return rc;
@@ -363,7 +333,7 @@ static int cmd_renew(struct ctl *c)
 static int cmd_release(struct ctl *c)
 {
     struct lease cur;
-    char why[1200];
+    char why[4200]; /* three names, escaped */
     int rc = lease_from(c, &cur, why, sizeof(why));
     if (rc != EXIT_OK)
         return rc;
@@ -381,13 +351,47 @@ static int cmd_release(struct ctl *c)
     return EXIT_OK;
 }
 
-static void print_admin_lease(const struct ctl *c,
-                              const Leased__Admin__V1__Lease *l)
+/* The end of the restart quarantine on this host's wall clock, from the
+ * admin Stats call, asked once per run; 0 when none runs, or when Stats
+ * fails (then a live lease past its expiry says only that it is). */
+static int64_t quarantine_end(struct ctl *c)
 {
-    int64_t ns = l->expiry != NULL ? l->expiry->seconds * 1000000000 +
-                                         l->expiry->nanos
-                                   : 0;
-    print_lease_fields(c, l->session_id, l->owner, l->token, ns, l->live);
+    static bool asked;
+    static int64_t end_ns;
+    if (asked)
+        return end_ns;
+    asked = true;
+    Leased__Admin__V1__StatsRequest req =
+        LEASED__ADMIN__V1__STATS_REQUEST__INIT;
+    ProtobufCMessage *resp;
+    char details[256];
+    int64_t now = nanotime_wall();
+    if (conn_call(&c->conn, STATS_PATH, 0, &req.base,
+                  &leased__admin__v1__stats_response__descriptor, &resp,
+                  NULL, details, sizeof(details)) != GRPC_STATUS_OK)
+        return end_ns;
+    int64_t ms = ((Leased__Admin__V1__StatsResponse *)resp)
+                     ->quarantine_remaining_ms;
+    if (ms > 0)
+        end_ns = now + ms * 1000000;
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return end_ns;
+}
+
+static void print_admin_lease(struct ctl *c, const Leased__Admin__V1__Lease *l)
+{
+    struct ctl_view v = {
+        .session_id = l->session_id,
+        .owner = l->owner,
+        .token = l->token,
+        .expiry_ns = l->expiry != NULL ? l->expiry->seconds * 1000000000 +
+                                             l->expiry->nanos
+                                       : 0,
+        .live = l->live,
+    };
+    if (l->live)
+        v.quarantine_end_ns = quarantine_end(c);
+    ctl_print_view(c, &v);
 }
 
 static int cmd_get(struct ctl *c)
@@ -447,7 +451,7 @@ static int cmd_stats(struct ctl *c)
     Leased__Admin__V1__StatsRequest req =
         LEASED__ADMIN__V1__STATS_REQUEST__INIT;
     ProtobufCMessage *resp;
-    rc = call(c, "/leased.admin.v1.Admin/Stats", &req.base,
+    rc = call(c, STATS_PATH, &req.base,
               &leased__admin__v1__stats_response__descriptor, &resp);
     if (rc != EXIT_OK)
         return rc;

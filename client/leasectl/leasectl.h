@@ -1,8 +1,8 @@
 /*
  * leasectl's parts: the command line (options.c); what leasectl says of
  * the connection, and --timeout as the limit of the whole command
- * (connection.c); the output every command shares and the commands
- * (leasectl.c); and `hold` (hold.c).
+ * (connection.c); how a lease is printed, and names escaped (output.c);
+ * the commands (leasectl.c); and `hold` (hold.c).
  */
 #ifndef LEASECTL_H
 #define LEASECTL_H
@@ -147,8 +147,31 @@ bool ctl_deadline_stop(void);
  * environment's string, or buf (len bytes) filled. */
 const char *ctl_owner(const char *flag, bool unique, char *buf, size_t len);
 
-/* Prints a lease, as text or JSON. */
+/* A lease as leasectl shows it. Strings are borrowed. */
+struct ctl_view {
+    const char *session_id, *owner;
+    uint64_t token;
+    int64_t expiry_ns; /* wall clock */
+    int live;          /* 1 live, 0 not, -1 not said (a lease call's) */
+    /* The end of the restart quarantine on this host's wall clock, while
+     * one runs: a live lease is live until this or its expiry, whichever
+     * is later. 0 when none runs (or it is not known). */
+    int64_t quarantine_end_ns;
+};
+
+/* Prints v, as text (output.c's rules) or JSON, on stdout. */
+void ctl_print_view(const struct ctl *c, const struct ctl_view *v);
+
+/* Prints a lease a lease call returned, as ctl_print_view. */
 void ctl_print_lease(const struct ctl *c, const struct lease *l);
+
+/* The most bytes ctl_escaped() makes of n bytes, with the NUL. */
+#define CTL_ESCAPED_LEN(n) (4 * (n) + 1)
+
+/* s with what could act on a terminal escaped (output.c), into buf (len
+ * bytes: CTL_ESCAPED_LEN(strlen(s)) holds all of it, less is cut short);
+ * returns buf. */
+const char *ctl_escaped(const char *s, char *buf, size_t len);
 
 /* Acquire, and with wait_ns > 0 keep trying while the lease is held,
  * until it is free or wait_ns has passed (CTL_FOREVER: until it is

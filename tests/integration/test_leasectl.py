@@ -512,6 +512,72 @@ def test_timeout_is_the_limit_of_the_whole_command():
             d.proc.send_signal(signal.SIGCONT)
 
 
+def test_get_in_the_restart_quarantine_says_what_holds():
+    """After a restart, a lease whose holder vanished with the old daemon
+    still counts until the quarantine ends, though its stored expiry has
+    passed: get and list say it is live, until when, and why (they said
+    "expires" with a time in the past), and --json gives live_until."""
+    ttl = 5
+    with Leased(ttl="%ds" % ttl) as d:
+        a = ctl_json(d, "acquire", "q", "--owner", "alice")
+        assert d.stop() == 0
+        while time.time_ns() <= a["expiry_ns"]:  # its expiry passes
+            time.sleep(0.05)
+        before = time.time_ns()
+        d.start()
+        after = time.time_ns()
+        rc, out, err = ctl(d, "get", "q")
+        m = re.fullmatch(r"q  owner alice  token 1  live until (\S+) "
+                         r"\(in ([0-9.]+)s\): restart quarantine; expiry "
+                         r"(\S+) \(([0-9.]+)s ago\)\n", out)
+        assert rc == 0 and m, (rc, out, err)
+        assert 0 < float(m.group(2)) <= ttl, out
+        rc, listed, err = ctl(d, "list")
+        assert rc == 0 and re.fullmatch(
+            r"q  owner alice  token 1  live until .*: restart quarantine; "
+            r"expiry .* ago\)\n", listed), (listed, err)
+        g = ctl_json(d, "get", "q")
+        now = time.time_ns()
+        assert g["live"] and g["expiry_ns"] == a["expiry_ns"] < now, g
+        # The quarantine's end: a TTL after the start, on this clock.
+        slack = 500 * 10**6
+        assert before + ttl * 10**9 - slack < g["live_until_ns"] < \
+            after + ttl * 10**9 + slack, (before, after, g)
+        assert g["live_until_ns"] > now, g
+        # What it says holds: another owner is refused meanwhile.
+        assert ctl(d, "acquire", "q", "--owner", "bob")[0] == HELD
+
+
+def test_names_with_control_characters_are_shown_escaped():
+    """A session id or owner may hold control characters: text output
+    shows them escaped (one line per lease, no escape sequence reaches the
+    terminal), in messages too; JSON escapes them its own way, and its
+    strings read back as they were."""
+    session, owner = "esc\x1b[31mRED", "nl\nsecond\u009b\\"
+    with Leased(ttl="30s") as d:
+        rc, out, err = ctl(d, "acquire", session, "--owner", owner)
+        line = ("esc\\x1b[31mRED  owner nl\\nsecond\\u009b\\\\  token 1  "
+                "expires ")
+        assert rc == 0 and out.startswith(line), (out, err)
+        assert out.count("\n") == 1 and "\x1b" not in out, out
+        for args in (("get", session), ("list",)):
+            rc, out, err = ctl(d, *args)
+            assert rc == 0 and out.startswith(line) and \
+                out.count("\n") == 1 and "\x1b" not in out, (args, out)
+        rc, _, err = ctl(d, "renew", session, "--owner", "me")
+        assert rc == HELD and err == (
+            "leasectl: renew: esc\\x1b[31mRED is held by "
+            "nl\\nsecond\\u009b\\\\, not me (FAILED_PRECONDITION)\n"), err
+        rc, out, err = ctl(d, "--json", "get", session)
+        assert rc == 0 and out.count("\n") == 1 and "\x1b" not in out and \
+            "\u009b" not in out, out
+        g = json.loads(out)
+        assert (g["session_id"], g["owner"]) == (session, owner), g
+        # Read back from JSON on stdin, it is the same lease.
+        assert ctl(d, "release", stdin=out)[0] == 0
+        assert ctl(d, "get", session)[0] == NOT_FOUND
+
+
 def test_man_page_covers_every_command_and_option():
     here = os.path.dirname(os.path.abspath(__file__))
     with open(os.path.join(here, "..", "..", "docs", "leasectl.1")) as f:
