@@ -6,7 +6,7 @@
 #include <string.h>
 
 #define NS_PER_MS INT64_C(1000000)
-#define DURATION_MAX_NS (INT64_C(3600000) * 1000 * NS_PER_MS) /* 1000 h */
+#define DURATION_MAX_NS (INT64_C(3600000) * DURATION_MAX_HOURS * NS_PER_MS)
 
 int duration_parse(const char *text, int64_t *ns)
 {

@@ -7,7 +7,9 @@
 
 #include <stdint.h>
 
-/* Returns 0 and sets *ns, or -1. */
+#define DURATION_MAX_HOURS 1000 /* the longest duration taken */
+
+/* Returns 0 and sets *ns, or -1 (not a duration, or over the most). */
 int duration_parse(const char *text, int64_t *ns);
 
 #endif

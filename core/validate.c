@@ -3,6 +3,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing
  * above U+10FFFF. */
@@ -42,10 +43,16 @@ static bool utf8_valid(const unsigned char *p, size_t len)
 
 const char *validate_string(const unsigned char *p, size_t len, size_t max)
 {
+    /* The one reason that varies: it names the limit, so that whoever
+     * reads it knows how much to cut without looking it up. */
+    static _Thread_local char too_long[64];
     if (len == 0)
         return "empty";
-    if (len > max)
-        return "longer than the limit";
+    if (len > max) {
+        snprintf(too_long, sizeof(too_long),
+                 "longer than the limit of %zu bytes", max);
+        return too_long;
+    }
     for (size_t i = 0; i < len; i++) {
         if (p[i] == 0)
             return "contains a NUL byte";

@@ -8,7 +8,9 @@
 #include <stddef.h>
 
 /* Returns NULL when p[0..len) is acceptable, or a reason ("empty", "longer
- * than the limit", "not valid UTF-8", "contains a NUL byte"). */
+ * than the limit of MAX bytes", "not valid UTF-8", "contains a NUL byte"):
+ * a constant, or for the length the calling thread's own text, valid
+ * until its next call. */
 const char *validate_string(const unsigned char *p, size_t len, size_t max);
 
 #endif

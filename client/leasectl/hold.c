@@ -157,14 +157,16 @@ int hold_block_signals(void)
 static void on_lost(void *arg, const struct lease *l, int err)
 {
     (void)arg;
+    char s[CTL_ESCAPED_LEN(LEASE_SESSION_MAX)];
+    ctl_escaped(l->session_id, s, sizeof(s));
     if (err == LEASE_EHELD)
         fprintf(stderr, "leasectl: hold: the lease of %s was lost "
                         "(FAILED_PRECONDITION)\n",
-                l->session_id);
+                s);
     else
         fprintf(stderr, "leasectl: hold: no renewal of %s before its "
                         "deadline: treating it as lost (DEADLINE_EXCEEDED)\n",
-                l->session_id);
+                s);
     atomic_store(&lost_err, err != 0 ? err : LEASE_EUNAVAILABLE);
     wake();
 }
@@ -284,11 +286,13 @@ static int supervise(struct group *g, struct lease_keeper *k,
         if (kill_at < 0 && (now >= term_at || lost || g->done)) {
             /* Time to go; or the lease is lost for certain; or CMD is
              * gone and what it left behind must go before the release. */
+            char s[CTL_ESCAPED_LEN(LEASE_SESSION_MAX)];
             if (!g->done && !lost)
                 fprintf(stderr, "leasectl: hold: no renewal of %s in time: "
                                 "stopping the command, %.3gs before the "
                                 "lease's deadline\n",
-                        session, (double)(deadline - now) / S);
+                        ctl_escaped(session, s, sizeof(s)),
+                        (double)(deadline - now) / S);
             group_signal(g, SIGTERM);
             kill_at = now + grace_ns;
             if (kill_at > deadline && !FAULT_BROKEN("hold_late_kill"))
@@ -418,9 +422,15 @@ int ctl_hold(struct ctl *c)
     }
     atomic_store(&forwarding, true);
 
+    /* From here on CMD's status is hold's: --timeout no longer ends it
+     * (the watchdog did, if this is too late). */
     struct group g;
-    int err = start(&g, &l, lease_keeper_deadline(k), a->run);
-    if (err == EAGAIN || err == ENOMEM) {
+    int err = ctl_deadline_stop()
+                  ? start(&g, &l, lease_keeper_deadline(k), a->run)
+                  : ETIMEDOUT;
+    if (err == ETIMEDOUT) {
+        code = EXIT_UNAVAILABLE;
+    } else if (err == EAGAIN || err == ENOMEM) {
         fprintf(stderr, "leasectl: hold: fork: %s\n", strerror(err));
         code = EXIT_FAILED;
     } else if (err != 0) {

@@ -127,10 +127,13 @@ void json_put_string(FILE *f, const char *s)
     fputc('"', f);
     for (; *s != '\0'; s++) {
         unsigned char c = (unsigned char)*s;
+        unsigned char next = (unsigned char)s[1];
         if (c == '"' || c == '\\')
             fprintf(f, "\\%c", c);
-        else if (c < 0x20)
+        else if (c < 0x20 || c == 0x7f)
             fprintf(f, "\\u%04x", c);
+        else if (c == 0xc2 && next >= 0x80 && next <= 0x9f)
+            fprintf(f, "\\u%04x", (unsigned char)*++s); /* C1 control */
         else
             fputc(c, f);
     }

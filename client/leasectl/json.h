@@ -20,7 +20,9 @@ bool json_get_string(const char *text, const char *key, char *out,
 /* The same for a non-negative integer member. */
 bool json_get_u64(const char *text, const char *key, uint64_t *out);
 
-/* Writes s as a JSON string, quotes included. */
+/* Writes s as a JSON string, quotes included: control characters
+ * (C0, DEL, C1 as UTF-8) as \u escapes, so that the text never acts on
+ * a terminal. */
 void json_put_string(FILE *f, const char *s);
 
 #endif

@@ -6,10 +6,11 @@
  *
  * Every failure is one line on stderr, "leasectl: COMMAND: what happened
  * (STATUS_NAME)" with the gRPC status name; bad usage is "leasectl:
- * [COMMAND: ]what is wrong" and the usage text. Before its first call a
+ * [COMMAND: ]what is wrong" and where the help is. Before its first call a
  * command checks that something listens (ctl_reach): liblease rides out a
  * daemon's restart until its timeout, which from the shell is only a
- * wait when there is no daemon.
+ * wait when there is no daemon. --timeout limits the whole command
+ * (connection.c).
  */
 #include "leasectl.h"
 
@@ -27,11 +28,13 @@
 #include "json.h"
 #include "leased/admin/v1/admin.pb-c.h"
 #include "status.h"
+#include "validate.h"
+#include "version.h"
 
 #define WAIT_POLL_NS INT64_C(250000000)
-#define REACH_MS 1000 /* the most ctl_reach takes */
 #define NAME_PART_MAX 64 /* bytes of the login and host names in an owner */
 #define GET_PATH "/leased.admin.v1.Admin/Get"
+#define STATS_PATH "/leased.admin.v1.Admin/Stats"
 
 int ctl_exit_of(int err)
 {
@@ -109,18 +112,6 @@ int ctl_fail(int err, const char *what)
     return ctl_exit_of(err);
 }
 
-int ctl_reach(struct ctl *c)
-{
-    char why[256];
-    int64_t ms = c->opts.timeout_ms < REACH_MS ? c->opts.timeout_ms
-                                               : REACH_MS;
-    if (conn_reachable(&c->conn, ms, why, sizeof(why)))
-        return EXIT_OK;
-    fprintf(stderr, "leasectl: %s: cannot connect to %s: %s (UNAVAILABLE)\n",
-            c->cmd, c->args.url, why);
-    return EXIT_UNAVAILABLE;
-}
-
 /* Copies name into out (len bytes), at most NAME_PART_MAX bytes of it,
  * each byte that is not printable ASCII (or is a space) as '_': an
  * owner is UTF-8 of at most LEASE_OWNER_MAX bytes, and easier to read
@@ -171,51 +162,11 @@ const char *ctl_owner(const char *flag, bool unique, char *buf, size_t len)
     return buf;
 }
 
-/* "2026-11-30T17:00:00.123456789Z" */
-static void format_time(int64_t ns, char *out, size_t len)
-{
-    time_t s = (time_t)(ns / 1000000000);
-    struct tm tm;
-    gmtime_r(&s, &tm);
-    char day[32];
-    strftime(day, sizeof(day), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out, len, "%s.%09lldZ", day, (long long)(ns % 1000000000));
-}
-
-static void print_lease_fields(const struct ctl *c, const char *session,
-                               const char *owner, uint64_t token,
-                               int64_t expiry_ns, int live)
-{
-    char when[48];
-    format_time(expiry_ns, when, sizeof(when));
-    if (c->args.json) {
-        printf("{\"session_id\":");
-        json_put_string(stdout, session);
-        printf(",\"owner\":");
-        json_put_string(stdout, owner);
-        printf(",\"token\":%" PRIu64 ",\"expiry\":\"%s\",\"expiry_ns\":%lld",
-               token, when, (long long)expiry_ns);
-        if (live >= 0)
-            printf(",\"live\":%s", live ? "true" : "false");
-        printf("}\n");
-        return;
-    }
-    double in_s = (double)(expiry_ns - nanotime_wall()) / 1e9;
-    printf("%s  owner %s  token %" PRIu64 "  expires %s (%s%.1fs)%s\n",
-           session, owner, token, when, in_s >= 0 ? "in " : "",
-           in_s >= 0 ? in_s : -in_s, live == 0 ? "  expired" : "");
-}
-
-void ctl_print_lease(const struct ctl *c, const struct lease *l)
-{
-    print_lease_fields(c, l->session_id, l->owner, l->token, l->expiry_ns,
-                       -1);
-}
-
 int ctl_acquire(struct ctl *c, const char *session, const char *owner,
                 int64_t wait_ns, struct lease *out)
 {
-    int64_t until = nanotime_mono() + wait_ns;
+    int64_t until =
+        wait_ns == CTL_FOREVER ? INT64_MAX : nanotime_mono() + wait_ns;
     for (;;) {
         int rc = lease_acquire(c->client, session, owner, out);
         int64_t left = until - nanotime_mono();
@@ -312,11 +263,17 @@ static int lease_from(struct ctl *c, struct lease *l, char *why, size_t len)
     const char *session = a->arg;
     char buf[LEASE_OWNER_MAX + 1];
     const char *owner = ctl_owner(a->owner, false, buf, sizeof(buf));
-    bool long_owner = strlen(owner) > LEASE_OWNER_MAX;
-    if (long_owner || strlen(session) > LEASE_SESSION_MAX) {
-        fprintf(stderr, "leasectl: %s: %s: longer than the limit "
-                        "(INVALID_ARGUMENT)\n",
-                c->cmd, long_owner ? "owner" : "session_id");
+    const char *bad = validate_string((const unsigned char *)session,
+                                      strlen(session), LEASE_SESSION_MAX);
+    const char *field = "session_id";
+    if (bad == NULL) {
+        bad = validate_string((const unsigned char *)owner, strlen(owner),
+                              LEASE_OWNER_MAX);
+        field = "owner";
+    }
+    if (bad != NULL) {
+        fprintf(stderr, "leasectl: %s: %s: %s (INVALID_ARGUMENT)\n", c->cmd,
+                field, bad);
         return EXIT_INVALID;
     }
     snprintf(l->session_id, sizeof(l->session_id), "%s", session);
@@ -333,29 +290,32 @@ static int lease_from(struct ctl *c, struct lease *l, char *why, size_t len)
         conn_call(&c->conn, GET_PATH, 0, &req.base,
                   &leased__admin__v1__get_response__descriptor, &resp, NULL,
                   details, sizeof(details));
-    if (st == GRPC_STATUS_NOT_FOUND) {
-        snprintf(why, len, "%s has no lease", session);
-        return EXIT_OK;
-    }
-    if (st != GRPC_STATUS_OK)
+    if (st != GRPC_STATUS_OK && st != GRPC_STATUS_NOT_FOUND)
         return reported(c, st, details);
     const Leased__Admin__V1__Lease *cur =
-        ((Leased__Admin__V1__GetResponse *)resp)->lease;
+        st == GRPC_STATUS_OK ? ((Leased__Admin__V1__GetResponse *)resp)->lease
+                             : NULL;
+    char s[CTL_ESCAPED_LEN(LEASE_SESSION_MAX)];
+    char held_by[CTL_ESCAPED_LEN(LEASE_OWNER_MAX)];
+    char us[CTL_ESCAPED_LEN(LEASE_OWNER_MAX)];
+    ctl_escaped(session, s, sizeof(s));
     if (cur == NULL)
-        snprintf(why, len, "%s has no lease", session);
+        snprintf(why, len, "%s has no lease", s);
     else if (strcmp(cur->owner, owner) != 0)
-        snprintf(why, len, "%s is held by %s, not %s", session, cur->owner,
-                 owner);
+        snprintf(why, len, "%s is held by %s, not %s", s,
+                 ctl_escaped(cur->owner, held_by, sizeof(held_by)),
+                 ctl_escaped(owner, us, sizeof(us)));
     else
         l->token = cur->token;
-    protobuf_c_message_free_unpacked(resp, NULL);
+    if (st == GRPC_STATUS_OK)
+        protobuf_c_message_free_unpacked(resp, NULL);
     return EXIT_OK;
 }
 
 static int cmd_renew(struct ctl *c)
 {
     struct lease cur, out;
-    char why[1200];
+    char why[4200]; /* three names, escaped */
     int rc = lease_from(c, &cur, why, sizeof(why));
     if (rc != EXIT_OK)
         return rc;
@@ -373,7 +333,7 @@ static int cmd_renew(struct ctl *c)
 static int cmd_release(struct ctl *c)
 {
     struct lease cur;
-    char why[1200];
+    char why[4200]; /* three names, escaped */
     int rc = lease_from(c, &cur, why, sizeof(why));
     if (rc != EXIT_OK)
         return rc;
@@ -391,13 +351,47 @@ static int cmd_release(struct ctl *c)
     return EXIT_OK;
 }
 
-static void print_admin_lease(const struct ctl *c,
-                              const Leased__Admin__V1__Lease *l)
+/* The end of the restart quarantine on this host's wall clock, from the
+ * admin Stats call, asked once per run; 0 when none runs, or when Stats
+ * fails (then a live lease past its expiry says only that it is). */
+static int64_t quarantine_end(struct ctl *c)
 {
-    int64_t ns = l->expiry != NULL ? l->expiry->seconds * 1000000000 +
-                                         l->expiry->nanos
-                                   : 0;
-    print_lease_fields(c, l->session_id, l->owner, l->token, ns, l->live);
+    static bool asked;
+    static int64_t end_ns;
+    if (asked)
+        return end_ns;
+    asked = true;
+    Leased__Admin__V1__StatsRequest req =
+        LEASED__ADMIN__V1__STATS_REQUEST__INIT;
+    ProtobufCMessage *resp;
+    char details[256];
+    int64_t now = nanotime_wall();
+    if (conn_call(&c->conn, STATS_PATH, 0, &req.base,
+                  &leased__admin__v1__stats_response__descriptor, &resp,
+                  NULL, details, sizeof(details)) != GRPC_STATUS_OK)
+        return end_ns;
+    int64_t ms = ((Leased__Admin__V1__StatsResponse *)resp)
+                     ->quarantine_remaining_ms;
+    if (ms > 0)
+        end_ns = now + ms * 1000000;
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return end_ns;
+}
+
+static void print_admin_lease(struct ctl *c, const Leased__Admin__V1__Lease *l)
+{
+    struct ctl_view v = {
+        .session_id = l->session_id,
+        .owner = l->owner,
+        .token = l->token,
+        .expiry_ns = l->expiry != NULL ? l->expiry->seconds * 1000000000 +
+                                             l->expiry->nanos
+                                       : 0,
+        .live = l->live,
+    };
+    if (l->live)
+        v.quarantine_end_ns = quarantine_end(c);
+    ctl_print_view(c, &v);
 }
 
 static int cmd_get(struct ctl *c)
@@ -457,7 +451,7 @@ static int cmd_stats(struct ctl *c)
     Leased__Admin__V1__StatsRequest req =
         LEASED__ADMIN__V1__STATS_REQUEST__INIT;
     ProtobufCMessage *resp;
-    rc = call(c, "/leased.admin.v1.Admin/Stats", &req.base,
+    rc = call(c, STATS_PATH, &req.base,
               &leased__admin__v1__stats_response__descriptor, &resp);
     if (rc != EXIT_OK)
         return rc;
@@ -554,6 +548,10 @@ int main(int argc, char **argv)
         ctl_help(stdout, a->cmd);
         return EXIT_OK;
     }
+    if (a->version) {
+        printf("leasectl %s\n", LEASED_VERSION);
+        return EXIT_OK;
+    }
     c.cmd = ctl_command_name(a->cmd);
     struct lease_grpc_options o = {
         .timeout_ms = a->timeout_ns / 1000000,
@@ -571,11 +569,16 @@ int main(int argc, char **argv)
     char why[512];
     c.opts = o;
     int err = a->cmd == CTL_HOLD ? hold_block_signals() : 0;
+    if (err == 0)
+        err = ctl_deadline_start(&c);
     if (err != 0) {
-        fprintf(stderr, "leasectl: hold: starting a thread: %s\n",
+        fprintf(stderr, "leasectl: %s: starting a thread: %s\n", c.cmd,
                 strerror(err));
         return EXIT_FAILED;
     }
+    ctl_quiet_grpc();
+    if ((rc = ctl_check_url(&c)) != EXIT_OK)
+        return rc;
     if (lease_grpc_open(a->url, &o, &c.client) != LEASE_OK)
         return ctl_fail(LEASE_EINVAL, c.cmd);
     if (conn_open(&c.conn, a->url, &o, why, sizeof(why)) != LEASE_OK) {
@@ -584,6 +587,7 @@ int main(int argc, char **argv)
         return EXIT_INVALID;
     }
     rc = run[a->cmd](&c);
+    ctl_deadline_stop(); /* done: what is left is gRPC's own shutdown */
     explicit_bzero(token, sizeof(token));
     conn_close(&c.conn);
     lease_client_destroy(c.client);

@@ -1,7 +1,8 @@
 /*
- * leasectl's parts: the command line (options.c), the connection and
- * output every command shares and the commands (leasectl.c), and `hold`
- * (hold.c).
+ * leasectl's parts: the command line (options.c); what leasectl says of
+ * the connection, and --timeout as the limit of the whole command
+ * (connection.c); how a lease is printed, and names escaped (output.c);
+ * the commands (leasectl.c); and `hold` (hold.c).
  */
 #ifndef LEASECTL_H
 #define LEASECTL_H
@@ -43,6 +44,9 @@ enum ctl_cmd {
     CTL_NONE = -1 /* none (yet): leasectl itself */
 };
 
+/* --wait inf: for as long as it takes. */
+#define CTL_FOREVER INT64_MAX
+
 struct ctl_number {
     bool set;
     uint64_t value;
@@ -53,7 +57,8 @@ struct ctl_number {
  * given is its default (zero without one). */
 struct ctl_args {
     int cmd;   /* enum ctl_cmd */
-    bool help; /* --help: print ctl_help(cmd), and do nothing else */
+    bool help;    /* --help: print ctl_help(cmd), and do nothing else */
+    bool version; /* --version: print the version, and nothing else */
     /* leasectl's own options. */
     const char *url;
     const char *tls_ca_file, *tls_cert_file, *tls_key_file;
@@ -64,7 +69,8 @@ struct ctl_args {
     /* The commands' options. */
     const char *owner; /* NULL: the default owner (ctl_owner) */
     struct ctl_number token;
-    int64_t wait_ns, grace_ns, ttl_ns;
+    int64_t wait_ns; /* CTL_FOREVER: no limit */
+    int64_t grace_ns, ttl_ns;
     long limit; /* 0: none */
     /* The command's argument (SESSION or PREFIX, argv's); NULL: none. */
     char *arg;
@@ -75,9 +81,9 @@ struct ctl_args {
 
 /* Parses argv (argc words) into *a: options before or after the command,
  * "--" ending them, each option checked against the commands that take
- * it, and the command's arguments. Returns EXIT_OK (with a->help set,
- * the caller prints the help and stops), or EXIT_USAGE having said why
- * and printed the usage on stderr. */
+ * it, and the command's arguments. Returns EXIT_OK (with a->help or
+ * a->version set, the caller prints that and stops), or EXIT_USAGE
+ * having said why on stderr (ctl_usage). */
 int ctl_parse(int argc, char **argv, struct ctl_args *a);
 
 /* Prints the help of command cmd (CTL_NONE: leasectl's usage) to f. */
@@ -87,7 +93,8 @@ void ctl_help(FILE *f, int cmd);
 const char *ctl_command_name(int cmd);
 
 /* Reports bad usage of command cmd (CTL_NONE: of leasectl itself) on
- * stderr, "leasectl: CMD: why", then its help; returns EXIT_USAGE. */
+ * stderr, "leasectl: CMD: why", then where its help is ("Try 'leasectl
+ * help CMD'."); returns EXIT_USAGE. */
 int ctl_usage(int cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -106,11 +113,33 @@ int ctl_exit_of(int lease_err);
  * (STATUS_NAME)"; returns its exit code. */
 int ctl_fail(int lease_err, const char *what);
 
+/* Before anything uses gRPC: unless $GRPC_VERBOSITY or $GRPC_TRACE asks
+ * for them, gRPC's own log lines are dropped (leasectl says what went
+ * wrong itself). */
+void ctl_quiet_grpc(void);
+
+/* Before opening: without --tls-ca, a target of the URL that is not
+ * loopback is refused on stderr, naming --tls-ca; returns EXIT_INVALID
+ * then, else EXIT_OK (a malformed URL is left to liblease to report). */
+int ctl_check_url(const struct ctl *c);
+
 /* Before a command's first call: when nothing listens at the URL (every
- * target refuses, within a second), says so on stderr and returns
+ * target refuses, within a second), says so on stderr, with what is
+ * probably wrong when one side only speaks TLS, and returns
  * EXIT_UNAVAILABLE, rather than have liblease wait out its timeout for a
  * daemon to come back; EXIT_OK otherwise. */
 int ctl_reach(struct ctl *c);
+
+/* Starts the watchdog of --timeout (c->args; c->cmd names the command):
+ * timeout (and --wait, unless inf) from now, it says on stderr that no
+ * answer came in time and ends the process with EXIT_UNAVAILABLE. With
+ * --wait inf there is none. Call once, after hold_block_signals. Returns
+ * 0 or an errno. */
+int ctl_deadline_start(const struct ctl *c);
+
+/* Stops the watchdog. False when it is too late: it has fired and is
+ * ending the process. */
+bool ctl_deadline_stop(void);
 
 /* The owner to act as (docs/leasectl.1): flag (--owner) if not NULL,
  * else $LEASE_OWNER if set and not empty, else USER@HOST, made unique to
@@ -118,11 +147,35 @@ int ctl_reach(struct ctl *c);
  * environment's string, or buf (len bytes) filled. */
 const char *ctl_owner(const char *flag, bool unique, char *buf, size_t len);
 
-/* Prints a lease, as text or JSON. */
+/* A lease as leasectl shows it. Strings are borrowed. */
+struct ctl_view {
+    const char *session_id, *owner;
+    uint64_t token;
+    int64_t expiry_ns; /* wall clock */
+    int live;          /* 1 live, 0 not, -1 not said (a lease call's) */
+    /* The end of the restart quarantine on this host's wall clock, while
+     * one runs: a live lease is live until this or its expiry, whichever
+     * is later. 0 when none runs (or it is not known). */
+    int64_t quarantine_end_ns;
+};
+
+/* Prints v, as text (output.c's rules) or JSON, on stdout. */
+void ctl_print_view(const struct ctl *c, const struct ctl_view *v);
+
+/* Prints a lease a lease call returned, as ctl_print_view. */
 void ctl_print_lease(const struct ctl *c, const struct lease *l);
 
+/* The most bytes ctl_escaped() makes of n bytes, with the NUL. */
+#define CTL_ESCAPED_LEN(n) (4 * (n) + 1)
+
+/* s with what could act on a terminal escaped (output.c), into buf (len
+ * bytes: CTL_ESCAPED_LEN(strlen(s)) holds all of it, less is cut short);
+ * returns buf. */
+const char *ctl_escaped(const char *s, char *buf, size_t len);
+
 /* Acquire, and with wait_ns > 0 keep trying while the lease is held,
- * until it is free or wait_ns has passed. */
+ * until it is free or wait_ns has passed (CTL_FOREVER: until it is
+ * free). */
 int ctl_acquire(struct ctl *c, const char *session, const char *owner,
                 int64_t wait_ns, struct lease *out);
 

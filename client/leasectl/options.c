@@ -17,8 +17,11 @@
  *    of its row (if set and not empty), else the row's default; it is
  *    checked as it is read. An empty value of an option with a default
  *    means the default.
- * 5. --help stops the parsing: the help is that of the command named
- *    before it, else leasectl's.
+ * 5. --help (or -h) stops the parsing: the help is that of the command
+ *    named before it, else leasectl's. `help [COMMAND]` is the same as
+ *    `[COMMAND] --help`. --version stops it too.
+ * 6. Bad usage is one line saying what is wrong, and one saying where
+ *    the help is: the usage itself goes to whoever asks for it.
  */
 #include <assert.h>
 #include <errno.h>
@@ -116,7 +119,7 @@ static const struct command {
 enum kind {
     FLAG,     /* bool, takes no value */
     TEXT,     /* const char * */
-    DURATION, /* int64_t ns, of at least min_ms */
+    DURATION, /* int64_t ns, of at least min_ms; "inf" if inf */
     COUNT,    /* long, 1 or more */
     NUMBER,   /* struct ctl_number */
 };
@@ -127,6 +130,7 @@ static const struct row {
     enum kind kind;
     size_t field;      /* where it goes in struct ctl_args */
     int64_t min_ms;    /* DURATION: the least */
+    bool inf;          /* DURATION: takes "inf", no limit (CTL_FOREVER) */
     const char *def;   /* the default, NULL: none (zero) */
     const char *env;   /* the variable that overrides the default */
     unsigned commands; /* ON(CTL_…) of each command that takes it; ALL */
@@ -154,11 +158,14 @@ static const struct row {
      .help = "a bearer token (the first line that is not a comment)"},
     {.name = "timeout", .value = "D", .kind = DURATION,
      .field = FIELD(timeout_ns), .min_ms = 1, .def = "5s", .commands = ALL,
-     .help = "per call"},
+     .help = "the most the command waits for the service, connecting "
+             "included (with --wait, on top of the wait)"},
     {.name = "json", .kind = FLAG, .field = FIELD(json), .commands = ALL,
      .help = "one JSON object per result, for scripts"},
     {.name = "help", .kind = FLAG, .field = FIELD(help), .commands = ALL,
-     .help = "this; `leasectl COMMAND --help` for a command"},
+     .help = "this (also -h); `leasectl help COMMAND` for a command"},
+    {.name = "version", .kind = FLAG, .field = FIELD(version),
+     .commands = ALL, .help = "print leasectl's version"},
     /* The commands'. */
     {.name = "owner", .value = "O", .kind = TEXT, .field = FIELD(owner),
      .commands = ON(CTL_ACQUIRE) | ON(CTL_RENEW) | ON(CTL_RELEASE) |
@@ -170,8 +177,9 @@ static const struct row {
      .help = "the lease with fencing token N (default: the one the owner "
              "holds now)"},
     {.name = "wait", .value = "D", .kind = DURATION, .field = FIELD(wait_ns),
-     .commands = ON(CTL_ACQUIRE) | ON(CTL_HOLD),
-     .help = "keep trying for up to D while another owner holds the lease"},
+     .inf = true, .commands = ON(CTL_ACQUIRE) | ON(CTL_HOLD),
+     .help = "keep trying for up to D while another owner holds the lease "
+             "(inf: for as long as it takes)"},
     {.name = "limit", .value = "N", .kind = COUNT, .field = FIELD(limit),
      .commands = ON(CTL_LIST), .help = "the first N only"},
     {.name = "grace", .value = "D", .kind = DURATION,
@@ -282,7 +290,8 @@ static void usage(FILE *f)
     fputc('\n', f);
     paragraph(f, "Exit: 0 ok, 1 failure, 2 usage, 3 held or lost, 4 "
                  "unavailable or no answer, 5 invalid, 6 not found, 7 not a "
-                 "lease service.");
+                 "lease service, 8 denied by the policy, 9 not "
+                 "authenticated.");
 }
 
 void ctl_help(FILE *f, int cmd)
@@ -305,7 +314,7 @@ void ctl_help(FILE *f, int cmd)
         option_line(f, &rows[i]);
     }
     fputc('\n', f);
-    paragraph(f, "leasectl's own options (see leasectl --help) may come "
+    paragraph(f, "leasectl's own options (see leasectl help) may come "
                  "before or after\nthe command; -- ends the options.");
 }
 
@@ -318,8 +327,10 @@ int ctl_usage(int cmd, const char *fmt, ...)
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    fputs("\n\n", stderr);
-    ctl_help(stderr, cmd);
+    if (cmd != CTL_NONE)
+        fprintf(stderr, "\nTry 'leasectl help %s'.\n", commands[cmd].name);
+    else
+        fputs("\nTry 'leasectl help'.\n", stderr);
     return EXIT_USAGE;
 }
 
@@ -339,6 +350,10 @@ static bool set(struct ctl_args *a, const struct row *r, const char *text)
             text[0] == '\0' && r->def != NULL ? r->def : text;
         return true;
     case DURATION:
+        if (r->inf && strcmp(text, "inf") == 0) {
+            *(int64_t *)field = CTL_FOREVER;
+            return true;
+        }
         return duration_parse(text, (int64_t *)field) == 0 &&
                *(int64_t *)field >= r->min_ms * 1000000;
     case COUNT:
@@ -366,9 +381,11 @@ static int bad_value(int cmd, const struct row *r, const char *what,
     switch (r->kind) {
     case DURATION:
         if (r->min_ms > 0)
-            return ctl_usage(cmd, "%s: not a duration of %lldms or more: %s",
-                             what, (long long)r->min_ms, text);
-        return ctl_usage(cmd, "%s: not a duration: %s", what, text);
+            return ctl_usage(cmd, "%s: not a duration from %lldms to %dh: %s",
+                             what, (long long)r->min_ms, DURATION_MAX_HOURS,
+                             text);
+        return ctl_usage(cmd, "%s: not a duration of at most %dh%s: %s", what,
+                         DURATION_MAX_HOURS, r->inf ? ", nor inf" : "", text);
     case COUNT:
         return ctl_usage(cmd, "%s: not a number above 0: %s", what, text);
     default:
@@ -393,10 +410,15 @@ static int bad_option(int cmd, int opt, char **argv)
     return ctl_usage(cmd, "unknown option -%c", optopt);
 }
 
-/* A word that is not an option: the command, else its argument (the
- * first beyond what it takes into *unexpected). */
+/* A word that is not an option: "help" (before the command), the
+ * command, else its argument (the first beyond what it takes into
+ * *unexpected). */
 static int word(struct ctl_args *a, char *w, const char **unexpected)
 {
+    if (a->cmd == CTL_NONE && !a->help && strcmp(w, "help") == 0) {
+        a->help = true; /* and the next word, if any, is the command */
+        return EXIT_OK;
+    }
     if (a->cmd == CTL_NONE) {
         for (int k = 0; k < CTL_COMMANDS; k++) {
             if (strcmp(commands[k].name, w) == 0) {
@@ -464,9 +486,13 @@ int ctl_parse(int argc, char **argv, struct ctl_args *a)
             continue;
         }
         /* "+": never passes over a word (we take those above). */
-        int opt = getopt_long(argc, argv, "+:", longopts, NULL);
+        int opt = getopt_long(argc, argv, "+:h", longopts, NULL);
         if (opt == -1)
             break;
+        if (opt == 'h') {
+            a->help = true;
+            return EXIT_OK;
+        }
         if (opt < FIRST_VAL)
             return bad_option(a->cmd, opt, argv);
         const struct row *r = &rows[opt - FIRST_VAL];
@@ -475,11 +501,13 @@ int ctl_parse(int argc, char **argv, struct ctl_args *a)
             snprintf(what, sizeof(what), "--%s", r->name);
             return bad_value(a->cmd, r, what, optarg);
         }
-        if (a->help)
+        if (r->field == FIELD(help) || r->field == FIELD(version))
             return EXIT_OK;
         given |= UINT32_C(1) << (opt - FIRST_VAL);
     }
 
+    if (a->help) /* `help [COMMAND]` */
+        return EXIT_OK;
     if (a->cmd == CTL_NONE)
         return ctl_usage(CTL_NONE, "missing COMMAND");
     const struct command *c = &commands[a->cmd];
@@ -493,5 +521,10 @@ int ctl_parse(int argc, char **argv, struct ctl_args *a)
         return ctl_usage(a->cmd, "missing %s", c->need);
     if (unexpected != NULL)
         return ctl_usage(a->cmd, "unexpected argument %s", unexpected);
+    /* Said here in leasectl's words, not liblease's (tls_cert_file…). */
+    if ((a->tls_cert_file == NULL) != (a->tls_key_file == NULL))
+        return ctl_usage(a->cmd, "--tls-cert and --tls-key go together");
+    if (a->tls_cert_file != NULL && a->tls_ca_file == NULL)
+        return ctl_usage(a->cmd, "--tls-cert needs --tls-ca (TLS)");
     return EXIT_OK;
 }

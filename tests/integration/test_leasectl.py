@@ -177,15 +177,15 @@ def test_messages_name_the_command_and_the_status():
         assert rc == INVALID and re.fullmatch(
             r"leasectl: acquire: .* \(INVALID_ARGUMENT\)\n", err), err
         rc, _, err = ctl(d, "acquire", "s", "--bogus")
-        assert rc == USAGE and err.startswith(
-            "leasectl: acquire: unknown option --bogus\n\nUsage: leasectl "
-            "acquire"), err
+        assert rc == USAGE and err == (
+            "leasectl: acquire: unknown option --bogus\n"
+            "Try 'leasectl help acquire'.\n"), err
         rc, _, err = ctl(d, "acquire", "s", "--owner")
         assert rc == USAGE and err.startswith(
             "leasectl: acquire: option --owner needs a value\n"), err
         rc, _, err = ctl(d, "frob")
-        assert rc == USAGE and err.startswith(
-            "leasectl: unknown command frob\n\nUsage: leasectl"), err
+        assert rc == USAGE and err == (
+            "leasectl: unknown command frob\nTry 'leasectl help'.\n"), err
         rc, _, err = ctl(d, "--bogus", "get", "s")
         assert rc == USAGE and err.startswith(
             "leasectl: unknown option --bogus\n"), err
@@ -194,7 +194,8 @@ def test_messages_name_the_command_and_the_status():
             "leasectl: renew: want a lease as JSON on stdin"), err
         rc, _, err = ctl(d, "hold", "h", "--wait", "soon", "--", "true")
         assert rc == USAGE and err.startswith(
-            "leasectl: hold: --wait: not a duration: soon\n"), err
+            "leasectl: hold: --wait: not a duration of at most 1000h, nor "
+            "inf: soon\n"), err
         rc, _, err = ctl(d, "--token-file", "/nonexistent", "stats")
         assert rc == INVALID and err.startswith(
             "leasectl: stats: /nonexistent: "), err
@@ -232,9 +233,9 @@ def test_options_after_the_command():
         assert rc == 0 and json.loads(out)["owner"] == "p", (rc, out, err)
         # Checked the same wherever it stands.
         rc, _, err = run_ctl("get", "s", "--url", d.addr, "--timeout", "0s")
-        assert rc == USAGE and err.startswith(
-            "leasectl: get: --timeout: not a duration of 1ms or more: 0s\n"
-            "\nUsage: leasectl get"), err
+        assert rc == USAGE and err == (
+            "leasectl: get: --timeout: not a duration from 1ms to 1000h: "
+            "0s\nTry 'leasectl help get'.\n"), err
         # After --, words are arguments: a session named --json.
         rc, out, err = run_ctl("get", "--url", d.addr, "--", "--json")
         assert rc == NOT_FOUND and out == "", (rc, out, err)
@@ -251,9 +252,9 @@ def test_options_after_the_command():
 def test_a_command_refuses_the_options_of_others():
     with Leased() as d:
         rc, _, err = ctl(d, "get", "s", "--owner", "o")
-        assert rc == USAGE and err.startswith(
-            "leasectl: get: get takes no --owner\n\nUsage: leasectl get "
-            "SESSION\n"), err
+        assert rc == USAGE and err == (
+            "leasectl: get: get takes no --owner\n"
+            "Try 'leasectl help get'.\n"), err
         rc, _, err = ctl(d, "--limit", "3", "acquire", "s")
         assert rc == USAGE and err.startswith(
             "leasectl: acquire: acquire takes no --limit\n"), err
@@ -318,6 +319,265 @@ def test_exit_codes_for_usage_invalid_unavailable():
     assert ctl(None, "get", "x", url="10.1.2.3:7443")[0] == INVALID
 
 
+def test_usage_errors_are_short_and_help_is_not_an_error():
+    """Bad usage is the one line that says what is wrong and one that says
+    where the help is (as git and kubectl do), on stderr, exit 2; asking
+    for help or the version is no error: it goes to stdout, exit 0."""
+    bad = [
+        (("hold", "h"), "hold: missing -- CMD", "hold"),
+        (("acquire",), "acquire: missing SESSION", "acquire"),
+        (("get", "s", "t"), "get: unexpected argument t", "get"),
+        (("list", "--limit", "0"), "list: --limit: not a number above 0: 0",
+         "list"),
+        (("get", "s", "--tls-cert", "c.pem"),
+         "get: --tls-cert and --tls-key go together", "get"),
+        (("get", "s", "--tls-cert", "c.pem", "--tls-key", "c.key"),
+         "get: --tls-cert needs --tls-ca (TLS)", "get"),
+        (("acquire", "s", "--wait", "1001h"),
+         "acquire: --wait: not a duration of at most 1000h, nor inf: 1001h",
+         "acquire"),
+        ((), "missing COMMAND", None),
+        (("help", "frob"), "unknown command frob", None),
+    ]
+    for args, why, cmd in bad:
+        rc, out, err = run_ctl(*args)
+        hint = "Try 'leasectl help%s'.\n" % (" " + cmd if cmd else "")
+        assert (rc, out, err) == (USAGE, "", "leasectl: %s\n%s" % (why, hint)), \
+            (args, rc, out, err)
+    usage = run_ctl("--help")[1]
+    assert usage.startswith("Usage: leasectl [OPTIONS] COMMAND"), usage
+    hold_help = run_ctl("hold", "--help")[1]
+    assert hold_help.startswith("Usage: leasectl hold SESSION"), hold_help
+    for args, want in [(("-h",), usage), (("help",), usage),
+                       (("help", "hold"), hold_help),
+                       (("hold", "-h"), hold_help),
+                       (("help", "--url", "x", "hold"), hold_help)]:
+        assert run_ctl(*args) == (0, want, ""), args
+    rc, out, err = run_ctl("--version")
+    assert rc == 0 and re.fullmatch(r"leasectl \d+\.\d+\.\d+\n", out) and \
+        err == "", (rc, out, err)
+
+
+def free_url():
+    """A loopback address where nothing listens."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    url = "127.0.0.1:%d" % s.getsockname()[1]
+    s.close()
+    return url
+
+
+class NoLeaseServer:
+    """A gRPC server that serves no lease service (UNIMPLEMENTED to every
+    call), as another service on the URL would. A context manager; .addr
+    is where it listens."""
+
+    def __init__(self):
+        import concurrent.futures
+        self.server = harness.grpc.server(
+            concurrent.futures.ThreadPoolExecutor(2))
+        self.addr = "127.0.0.1:%d" % self.server.add_insecure_port(
+            "127.0.0.1:0")
+
+    def __enter__(self):
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.stop(0)
+
+
+def man_exit_codes():
+    """The man page's EXIT STATUS table: {code: its text}."""
+    with open(os.path.join(harness.ROOT, "docs", "leasectl.1")) as f:
+        man = f.read()
+    section = man.split(".SH EXIT STATUS\n", 1)[1].split("\n.SH ", 1)[0]
+    entries = re.findall(r"\.TP\n\.B (\d+)\n(.*?)(?=\n\.TP\n|\n\.PP\n|$)",
+                         section, re.S)
+    return {int(code): text for code, text in entries}
+
+
+def test_every_exit_code_of_the_man_page_for_real():
+    """Each exit code the man page lists, and --help's Exit line, against a
+    real case: the real leased (with a token and a policy where they
+    matter) and real calls. A code documented but not produced, or
+    produced but not documented, fails."""
+    with tempfile.TemporaryDirectory() as tmp:
+        def private(name, text):
+            path = os.path.join(tmp, name)
+            harness.write_private(path, text)
+            return path
+        right = ["--token-file", private("right", "right-token\n")]
+        wrong = ["--token-file", private("wrong", "not-the-token\n")]
+        # gRPC's limit on metadata: a token over it is RESOURCE_EXHAUSTED.
+        huge = ["--token-file", private("huge", "t" * 3000 + "\n")]
+        # The harness's token file has the token alone on line 2.
+        policy = private("policy", "token-2 sessions=mine/ owners=* "
+                                   "admin=read\n")
+        with Leased(ttl="30s", token="right-token",
+                    args=["--policy-file", policy,
+                          "--max-metadata-size", "1024"]) as d, \
+                NoLeaseServer() as other:
+            assert ctl(d, "acquire", "mine/held", "--owner", "a",
+                       extra=right)[0] == 0
+            cases = {
+                0: lambda: ctl(d, "get", "mine/held", extra=right),
+                1: lambda: ctl(d, "get", "mine/held", extra=huge),
+                2: lambda: ctl(d, "get", extra=right),
+                3: lambda: ctl(d, "acquire", "mine/held", "--owner", "b",
+                               extra=right),
+                4: lambda: ctl(None, "get", "s", url=free_url()),
+                5: lambda: ctl(d, "get", "mine/" + "x" * 508, extra=right),
+                6: lambda: ctl(d, "get", "mine/none", extra=right),
+                7: lambda: ctl(None, "acquire", "s", url=other.addr),
+                8: lambda: ctl(d, "acquire", "theirs", "--owner", "a",
+                               extra=right),
+                9: lambda: ctl(d, "acquire", "mine/x", "--owner", "a",
+                               extra=wrong),
+            }
+            documented = man_exit_codes()
+            assert sorted(documented) == sorted(cases), documented
+            usage = run_ctl("--help")[1]
+            line = re.search(r"Exit: (.*?)\.\n", usage, re.S).group(1)
+            assert [int(n) for n in re.findall(r"(\d+)\s", line)] == \
+                sorted(cases), line
+            for code, case in sorted(cases.items()):
+                rc, out, err = case()
+                assert rc == code, (code, documented[code], rc, out, err)
+            # The over-long session id: the daemon's reason names the limit.
+            err = cases[5]()[2]
+            assert err == "leasectl: get: session_id: longer than the " \
+                "limit of 512 bytes (INVALID_ARGUMENT)\n", err
+
+
+def test_tls_on_one_side_only_says_which():
+    """Plaintext to a TLS port, and TLS to a plaintext one: one line that
+    says what is probably wrong, and no gRPC log line before it unless
+    GRPC_VERBOSITY asks for them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        c = certs.make(os.path.join(tmp, "certs"))
+        ca = ["--tls-ca", c.path("ca.pem")]
+        with Leased(tls=c) as tls, Leased() as plain:
+            rc, out, err = ctl(tls, "get", "s")
+            assert rc == UNAVAILABLE and re.fullmatch(
+                r"leasectl: get: cannot connect to %s: .*: the server "
+                r"probably speaks TLS: give --tls-ca FILE \(UNAVAILABLE\)\n"
+                % re.escape(tls.addr), err), err
+            rc, out, err = ctl(plain, "acquire", "s", extra=ca)
+            assert rc == UNAVAILABLE and re.fullmatch(
+                r"leasectl: acquire: cannot connect to %s: .*: the server "
+                r"probably speaks plaintext: leave out --tls-ca "
+                r"\(UNAVAILABLE\)\n" % re.escape(plain.addr), err), err
+            # Asked for, gRPC's own lines come too.
+            rc, out, err = ctl(plain, "get", "s", extra=ca,
+                               env={"GRPC_VERBOSITY": "error"})
+            assert rc == UNAVAILABLE and "Handshake failed" in err, err
+            assert err.splitlines()[-1].endswith(
+                "leave out --tls-ca (UNAVAILABLE)"), err
+            # Both sides agreeing still works.
+            assert ctl(tls, "acquire", "s", "--owner", "o", extra=ca)[0] == 0
+
+
+def test_a_non_loopback_url_names_the_option_to_give():
+    rc, out, err = ctl(None, "get", "s", url="127.0.0.1:7443,10.1.2.3:7443")
+    assert (rc, out) == (INVALID, ""), (rc, out, err)
+    assert err == ("leasectl: get: 10.1.2.3:7443 is not a loopback "
+                   "address: plaintext is allowed only on loopback or a "
+                   "unix socket: give --tls-ca FILE for TLS "
+                   "(INVALID_ARGUMENT)\n"), err
+
+
+def test_timeout_is_the_limit_of_the_whole_command():
+    """Against a hung daemon (SIGSTOP: the kernel accepts connections,
+    nothing answers), --timeout bounds the whole command, connecting
+    included (it took the check's second and the call's timeout, and
+    more, before); exit 4. With --wait, the wait comes on top."""
+    with Leased(ttl="30s") as d:
+        d.proc.send_signal(signal.SIGSTOP)
+        try:
+            for args, limit in [(("get", "s"), 2.0),
+                                (("acquire", "s", "--owner", "o"), 2.0),
+                                (("renew", "s", "--owner", "o"), 2.0),
+                                (("hold", "s", "--", "true"), 2.0),
+                                (("acquire", "s", "--wait", "1s"), 3.0)]:
+                start = time.monotonic()
+                rc, out, err = ctl(d, *args, extra=("--timeout", "2s"))
+                took = time.monotonic() - start
+                assert rc == UNAVAILABLE, (args, rc, err)
+                assert took < limit + 1.5, (args, took, err)
+                assert re.fullmatch(r"leasectl: %s: no answer within "
+                                    r"--timeout 2s.* \(DEADLINE_EXCEEDED\)\n"
+                                    % args[0], err), (args, err)
+        finally:
+            d.proc.send_signal(signal.SIGCONT)
+
+
+def test_get_in_the_restart_quarantine_says_what_holds():
+    """After a restart, a lease whose holder vanished with the old daemon
+    still counts until the quarantine ends, though its stored expiry has
+    passed: get and list say it is live, until when, and why (they said
+    "expires" with a time in the past), and --json gives live_until."""
+    ttl = 5
+    with Leased(ttl="%ds" % ttl) as d:
+        a = ctl_json(d, "acquire", "q", "--owner", "alice")
+        assert d.stop() == 0
+        while time.time_ns() <= a["expiry_ns"]:  # its expiry passes
+            time.sleep(0.05)
+        before = time.time_ns()
+        d.start()
+        after = time.time_ns()
+        rc, out, err = ctl(d, "get", "q")
+        m = re.fullmatch(r"q  owner alice  token 1  live until (\S+) "
+                         r"\(in ([0-9.]+)s\): restart quarantine; expiry "
+                         r"(\S+) \(([0-9.]+)s ago\)\n", out)
+        assert rc == 0 and m, (rc, out, err)
+        assert 0 < float(m.group(2)) <= ttl, out
+        rc, listed, err = ctl(d, "list")
+        assert rc == 0 and re.fullmatch(
+            r"q  owner alice  token 1  live until .*: restart quarantine; "
+            r"expiry .* ago\)\n", listed), (listed, err)
+        g = ctl_json(d, "get", "q")
+        now = time.time_ns()
+        assert g["live"] and g["expiry_ns"] == a["expiry_ns"] < now, g
+        # The quarantine's end: a TTL after the start, on this clock.
+        slack = 500 * 10**6
+        assert before + ttl * 10**9 - slack < g["live_until_ns"] < \
+            after + ttl * 10**9 + slack, (before, after, g)
+        assert g["live_until_ns"] > now, g
+        # What it says holds: another owner is refused meanwhile.
+        assert ctl(d, "acquire", "q", "--owner", "bob")[0] == HELD
+
+
+def test_names_with_control_characters_are_shown_escaped():
+    """A session id or owner may hold control characters: text output
+    shows them escaped (one line per lease, no escape sequence reaches the
+    terminal), in messages too; JSON escapes them its own way, and its
+    strings read back as they were."""
+    session, owner = "esc\x1b[31mRED", "nl\nsecond\u009b\\"
+    with Leased(ttl="30s") as d:
+        rc, out, err = ctl(d, "acquire", session, "--owner", owner)
+        line = ("esc\\x1b[31mRED  owner nl\\nsecond\\u009b\\\\  token 1  "
+                "expires ")
+        assert rc == 0 and out.startswith(line), (out, err)
+        assert out.count("\n") == 1 and "\x1b" not in out, out
+        for args in (("get", session), ("list",)):
+            rc, out, err = ctl(d, *args)
+            assert rc == 0 and out.startswith(line) and \
+                out.count("\n") == 1 and "\x1b" not in out, (args, out)
+        rc, _, err = ctl(d, "renew", session, "--owner", "me")
+        assert rc == HELD and err == (
+            "leasectl: renew: esc\\x1b[31mRED is held by "
+            "nl\\nsecond\\u009b\\\\, not me (FAILED_PRECONDITION)\n"), err
+        rc, out, err = ctl(d, "--json", "get", session)
+        assert rc == 0 and out.count("\n") == 1 and "\x1b" not in out and \
+            "\u009b" not in out, out
+        g = json.loads(out)
+        assert (g["session_id"], g["owner"]) == (session, owner), g
+        # Read back from JSON on stdin, it is the same lease.
+        assert ctl(d, "release", stdin=out)[0] == 0
+        assert ctl(d, "get", session)[0] == NOT_FOUND
+
+
 def test_man_page_covers_every_command_and_option():
     here = os.path.dirname(os.path.abspath(__file__))
     with open(os.path.join(here, "..", "..", "docs", "leasectl.1")) as f:
@@ -362,6 +622,20 @@ def test_wait_until_free():
         b = ctl_json(d, "acquire", "w", "--owner", "bob", "--wait", "20s")
         # Soon after alice's lease ran out, not at the end of --wait.
         assert b["token"] == 2 and time.monotonic() - start < 10
+
+
+def test_wait_inf_waits_as_long_as_it_takes():
+    """--wait inf: no limit. bob's acquire, started while alice holds the
+    lease, returns once her lease has run out, with the next token."""
+    with Leased(ttl="2s") as d:
+        a = ctl_json(d, "acquire", "w", "--owner", "alice")
+        b = ctl_json(d, "acquire", "w", "--owner", "bob", "--wait", "inf")
+        assert b["token"] == a["token"] + 1, (a, b)
+        # Granted after alice's expiry: bob's lease lasts a TTL from then.
+        assert b["expiry_ns"] - 2 * 10**9 >= a["expiry_ns"], (a, b)
+        rc, out, err = ctl(d, "hold", "w", "--owner", "carol", "--wait",
+                           "inf", "--", "sh", "-c", 'echo "$LEASE_TOKEN"')
+        assert (rc, out) == (0, "%d\n" % (b["token"] + 1)), (rc, out, err)
 
 
 def test_tls_and_token_file():

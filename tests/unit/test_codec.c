@@ -139,10 +139,12 @@ TEST(decode_refuses_bad_strings)
     big[512] = 'x';
     big[513] = '\0';
     n = pack_acquire(big, "o", buf);
-    CHECK(decode_fails(OP_ACQUIRE, buf, n, "longer than the limit"));
+    CHECK(decode_fails(OP_ACQUIRE, buf, n,
+                       "session_id: longer than the limit of 512 bytes"));
     big[257] = '\0';
     n = pack_acquire("s", big, buf);
-    CHECK(decode_fails(OP_ACQUIRE, buf, n, "owner: longer"));
+    CHECK(decode_fails(OP_ACQUIRE, buf, n,
+                       "owner: longer than the limit of 256 bytes"));
 }
 
 TEST(decode_refuses_malformed_protobuf)
