@@ -205,6 +205,8 @@ static int reported(const struct ctl *c, grpc_status_code st,
     switch (st) {
     case GRPC_STATUS_NOT_FOUND:
         return EXIT_NOT_FOUND;
+    case GRPC_STATUS_FAILED_PRECONDITION: /* Revoke: another token */
+        return EXIT_HELD;
     case GRPC_STATUS_INVALID_ARGUMENT:
         return EXIT_INVALID;
     case GRPC_STATUS_UNIMPLEMENTED:
@@ -443,6 +445,41 @@ static int cmd_list(struct ctl *c)
     return EXIT_OK;
 }
 
+static int cmd_revoke(struct ctl *c)
+{
+    int rc = ctl_reach(c);
+    if (rc != EXIT_OK)
+        return rc;
+    Leased__Admin__V1__RevokeRequest req =
+        LEASED__ADMIN__V1__REVOKE_REQUEST__INIT;
+    req.session_id = c->args.arg;
+    req.token = c->args.token.set ? c->args.token.value : 0;
+    ProtobufCMessage *resp;
+    rc = call(c, "/leased.admin.v1.Admin/Revoke", &req.base,
+              &leased__admin__v1__revoke_response__descriptor, &resp);
+    if (rc != EXIT_OK)
+        return rc;
+    const Leased__Admin__V1__Lease *l =
+        ((Leased__Admin__V1__RevokeResponse *)resp)->lease;
+    const char *owner = l != NULL ? l->owner : "";
+    uint64_t token = l != NULL ? l->token : 0;
+    if (c->args.json) {
+        printf("{\"revoked\":true,\"session_id\":");
+        json_put_string(stdout, c->args.arg);
+        printf(",\"owner\":");
+        json_put_string(stdout, owner);
+        printf(",\"token\":%" PRIu64 "}\n", token);
+    } else {
+        char s[CTL_ESCAPED_LEN(LEASE_SESSION_MAX)];
+        char o[CTL_ESCAPED_LEN(LEASE_OWNER_MAX)];
+        printf("revoked %s: owner %s, token %" PRIu64 "\n",
+               ctl_escaped(c->args.arg, s, sizeof(s)),
+               ctl_escaped(owner, o, sizeof(o)), token);
+    }
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return EXIT_OK;
+}
+
 static int cmd_stats(struct ctl *c)
 {
     int rc = ctl_reach(c);
@@ -538,7 +575,8 @@ int main(int argc, char **argv)
         [CTL_ACQUIRE] = cmd_acquire, [CTL_RENEW] = cmd_renew,
         [CTL_RELEASE] = cmd_release, [CTL_GET] = cmd_get,
         [CTL_LIST] = cmd_list,       [CTL_STATS] = cmd_stats,
-        [CTL_HEALTH] = cmd_health,   [CTL_HOLD] = ctl_hold};
+        [CTL_REVOKE] = cmd_revoke,   [CTL_HEALTH] = cmd_health,
+        [CTL_HOLD] = ctl_hold};
     struct ctl c = {0};
     const struct ctl_args *a = &c.args;
     int rc = ctl_parse(argc, argv, &c.args);

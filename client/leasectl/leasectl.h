@@ -38,6 +38,7 @@ enum ctl_cmd {
     CTL_GET,
     CTL_LIST,
     CTL_STATS,
+    CTL_REVOKE,
     CTL_HEALTH,
     CTL_HOLD,
     CTL_COMMANDS, /* how many */

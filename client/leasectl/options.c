@@ -94,6 +94,16 @@ static const struct command {
         .summary = "the daemon's counters",
         .help = "The daemon's counters and state.",
     },
+    [CTL_REVOKE] = {
+        .name = "revoke", .args = "SESSION", .need = "SESSION", .max = 1,
+        .summary = "end any holder's lease (an operator's)",
+        .help = "Ends the lease of SESSION whoever holds it, as its "
+                "holder's release would: the holder's next renewal fails, "
+                "the next acquire gets a greater token. With --token, only "
+                "while the lease's token is N. Needs admin=write under a "
+                "policy. Exit 6 when nobody holds it, 3 when its token is "
+                "another.",
+    },
     [CTL_HEALTH] = {
         .name = "health",
         .summary = "SERVING or not",
@@ -173,9 +183,9 @@ static const struct row {
      .help = "act as owner O (default: $LEASE_OWNER, else USER@HOST; for "
              "hold, USER@HOST/PID-NONCE)"},
     {.name = "token", .value = "N", .kind = NUMBER, .field = FIELD(token),
-     .commands = ON(CTL_RENEW) | ON(CTL_RELEASE),
-     .help = "the lease with fencing token N (default: the one the owner "
-             "holds now)"},
+     .commands = ON(CTL_RENEW) | ON(CTL_RELEASE) | ON(CTL_REVOKE),
+     .help = "the lease with fencing token N only (default: renew and "
+             "release, the one the owner holds now; revoke, any)"},
     {.name = "wait", .value = "D", .kind = DURATION, .field = FIELD(wait_ns),
      .inf = true, .commands = ON(CTL_ACQUIRE) | ON(CTL_HOLD),
      .help = "keep trying for up to D while another owner holds the lease "

@@ -301,6 +301,32 @@ def test_list_stats_health():
         assert rc == 0 and out.strip() == "SERVING"
 
 
+def test_revoke_ends_any_holders_lease():
+    with Leased(ttl="30s") as d:
+        held = ctl_json(d, "acquire", "orders/42", "--owner", "web-1")
+        rc, out, err = ctl(d, "revoke", "orders/42", "--token", "2")
+        assert (rc, out) == (HELD, "") and err == \
+            "leasectl: revoke: the lease's token is 1, not 2 " \
+            "(FAILED_PRECONDITION)\n", err
+        rc, out, err = ctl(d, "revoke", "orders/42", "--token", "1")
+        assert (rc, out, err) == \
+            (0, "revoked orders/42: owner web-1, token 1\n", ""), err
+        rc, _, err = ctl(d, "renew", "orders/42", "--owner", "web-1",
+                         "--token", str(held["token"]))
+        assert rc == HELD, err  # the holder learns at its next renewal
+        rc, _, err = ctl(d, "revoke", "orders/42")
+        assert rc == NOT_FOUND and "no lease (NOT_FOUND)" in err, err
+        again = ctl_json(d, "acquire", "orders/42", "--owner", "web-2")
+        assert again["token"] == 2
+        assert ctl_json(d, "revoke", "orders/42") == {
+            "revoked": True, "session_id": "orders/42", "owner": "web-2",
+            "token": 2}
+        rc, _, err = ctl(d, "revoke")
+        assert rc == USAGE and "missing SESSION" in err, err
+        rc, _, err = ctl(d, "revoke", "orders/42", "--owner", "x")
+        assert rc == USAGE, err  # an operator acts as no owner
+
+
 def test_exit_codes_for_usage_invalid_unavailable():
     with Leased() as d:
         assert ctl(d, "bogus")[0] == USAGE
@@ -585,7 +611,7 @@ def test_man_page_covers_every_command_and_option():
     usage = subprocess.run([os.environ["LEASECTL_BIN"], "--help"],
                            capture_output=True, text=True).stdout
     commands = ["acquire", "renew", "release", "get", "list", "stats",
-                "health", "hold"]
+                "revoke", "health", "hold"]
     for word in commands + [
             "--url", "--tls-ca", "--tls-cert", "--tls-key",
             "--tls-server-name", "--token-file", "--timeout", "--json",
