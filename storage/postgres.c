@@ -1097,15 +1097,40 @@ void pgstore_disconnect(struct pgstore *p)
     p->conn = NULL;
 }
 
-/* A row's owner into p->owner (cut to its size), for a lease_row that
- * outlives the result. */
-static size_t keep_owner(struct pgstore *p, const PGresult *r, int col)
+/* Row 0 of r (owner, token, expiry_ns, then a boolean) as session's
+ * lease into *row, its owner copied to p->owner (cut to its size) so that
+ * it outlives r; returns the boolean. */
+static bool first_row(struct pgstore *p, const PGresult *r,
+                      const char *session, size_t session_len,
+                      struct lease_row *row)
 {
-    size_t n = (size_t)PQgetlength(r, 0, col);
+    size_t n = (size_t)PQgetlength(r, 0, 0);
     if (n > sizeof(p->owner))
         n = sizeof(p->owner);
-    memcpy(p->owner, PQgetvalue(r, 0, col), n);
-    return n;
+    memcpy(p->owner, PQgetvalue(r, 0, 0), n);
+    *row = (struct lease_row){session,
+                              session_len,
+                              p->owner,
+                              n,
+                              (uint64_t)get_int(r, 0, 1),
+                              get_int(r, 0, 2)};
+    return PQgetvalue(r, 0, 3)[0] != 0;
+}
+
+int pgstore_get(struct pgstore *p, const char *session, size_t session_len,
+                struct lease_row *row, bool *live, bool *found)
+{
+    struct params q = {0};
+    add_bytes(&q, session, session_len);
+    int err = run_one(p, PGSQL_GET, &q, "reading a lease");
+    if (err != PGSTORE_OK)
+        return err;
+    const PGresult *r = p->res[0];
+    *found = PQntuples(r) == 1 && PQgetlength(r, 0, 0) > 0;
+    if (*found)
+        *live = first_row(p, r, session, session_len, row);
+    clear_results(p, 1);
+    return PGSTORE_OK;
 }
 
 int pgstore_revoke(struct pgstore *p, const char *session,
@@ -1120,39 +1145,7 @@ int pgstore_revoke(struct pgstore *p, const char *session,
         return err;
     const PGresult *r = p->res[0];
     *found = PQntuples(r) == 1;
-    *revoked = false;
-    if (*found) {
-        *row = (struct lease_row){session,
-                                  session_len,
-                                  p->owner,
-                                  keep_owner(p, r, 0),
-                                  (uint64_t)get_int(r, 0, 1),
-                                  get_int(r, 0, 2)};
-        *revoked = PQgetvalue(r, 0, 3)[0] != 0;
-    }
-    clear_results(p, 1);
-    return PGSTORE_OK;
-}
-
-int pgstore_get(struct pgstore *p, const char *session, size_t session_len,
-                struct lease_row *row, bool *live, bool *found)
-{
-    struct params q = {0};
-    add_bytes(&q, session, session_len);
-    int err = run_one(p, PGSQL_GET, &q, "reading a lease");
-    if (err != PGSTORE_OK)
-        return err;
-    const PGresult *r = p->res[0];
-    *found = PQntuples(r) == 1 && PQgetlength(r, 0, 0) > 0;
-    if (*found) {
-        *row = (struct lease_row){session,
-                                  session_len,
-                                  p->owner,
-                                  keep_owner(p, r, 0),
-                                  (uint64_t)get_int(r, 0, 1),
-                                  get_int(r, 0, 2)};
-        *live = PQgetvalue(r, 0, 3)[0] != 0;
-    }
+    *revoked = *found && first_row(p, r, session, session_len, row);
     clear_results(p, 1);
     return PGSTORE_OK;
 }
