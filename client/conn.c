@@ -111,7 +111,7 @@ static int open_targets(struct conn *c, const char *target,
     /* Reconnect soon after a server comes back (a restart takes about a
      * second, far less than a TTL): gRPC would otherwise back off for up
      * to two minutes, and a holder's renewals fail meanwhile. */
-    grpc_arg args_v[5] = {
+    grpc_arg args_v[6] = {
         {.type = GRPC_ARG_INTEGER,
          .key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
          .value.integer = RECONNECT_MIN_MS},
@@ -131,12 +131,17 @@ static int open_targets(struct conn *c, const char *target,
          .key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
          .value.integer = c->timeout_ms < CONNECT_MIN_MS ? CONNECT_MIN_MS
                                                          : c->timeout_ms},
+        /* An admin Snapshot is the whole database in one message (gRPC's
+         * default allows 4 MiB). */
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+         .value.integer = CONN_MAX_RECEIVE_BYTES},
         {.type = GRPC_ARG_STRING, .key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG},
     };
-    grpc_channel_args args = {4, args_v};
+    grpc_channel_args args = {5, args_v};
     if (tls && o->tls_server_name != NULL) {
-        args_v[4].value.string = (char *)o->tls_server_name;
-        args.num_args = 5;
+        args_v[5].value.string = (char *)o->tls_server_name;
+        args.num_args = 6;
     }
     const char *p = target;
     for (;;) {

@@ -19,6 +19,8 @@
 #include "lease.h"
 
 #define CONN_MAX_TARGETS 8
+/* The largest answer a channel takes: an admin Snapshot's database. */
+#define CONN_MAX_RECEIVE_BYTES (1024 * 1024 * 1024)
 
 struct conn {
     grpc_channel *channels[CONN_MAX_TARGETS];

@@ -85,5 +85,7 @@ void admin_result_free(struct admin_result *r)
     }
     free(r->leases);
     free(r->next);
+    if (r->snapshot != NULL)
+        r->snapshot_free(r->snapshot);
     free(r);
 }

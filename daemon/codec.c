@@ -54,6 +54,12 @@ static int decode_admin(enum request_op op, const uint8_t *buf, size_t len,
         *msg = leased__admin__v1__stats_request__unpack(NULL, len, buf);
         return *msg != NULL ? 0 : invalid(req, "malformed StatsRequest");
     }
+    if (op == OP_SNAPSHOT) {
+        req->session = "";
+        req->session_len = 0;
+        *msg = leased__admin__v1__snapshot_request__unpack(NULL, len, buf);
+        return *msg != NULL ? 0 : invalid(req, "malformed SnapshotRequest");
+    }
     if (op == OP_REVOKE) { /* a change: the session id exactly, as bytes */
         Leased__Codec__V1__WireRevokeRequest *m =
             leased__codec__v1__wire_revoke_request__unpack(NULL, len, buf);
@@ -192,7 +198,8 @@ void codec_method_path(enum request_op op, char *buf, size_t cap)
     static const char *const names[] = {
         [OP_ACQUIRE] = "Acquire", [OP_RENEW] = "Renew",
         [OP_RELEASE] = "Release", [OP_GET] = "Get", [OP_LIST] = "List",
-        [OP_STATS] = "Stats",     [OP_REVOKE] = "Revoke"};
+        [OP_STATS] = "Stats",     [OP_REVOKE] = "Revoke",
+        [OP_SNAPSHOT] = "Snapshot"};
     const ProtobufCServiceDescriptor *d =
         request_is_admin(op)
             ? &leased__admin__v1__admin__descriptor
@@ -267,6 +274,17 @@ static uint8_t *pack(const ProtobufCMessage *m, size_t *len)
     if (buf != NULL)
         protobuf_c_message_pack(m, buf);
     return buf;
+}
+
+size_t codec_snapshot_header(size_t len, uint8_t *buf)
+{
+    size_t n = 0;
+    buf[n++] = 0x0a; /* field 1 (database), length-delimited */
+    do {
+        buf[n++] = (uint8_t)((len & 0x7f) | (len > 0x7f ? 0x80 : 0));
+        len >>= 7;
+    } while (len > 0);
+    return n;
 }
 
 uint8_t *codec_encode_admin(const struct request *req, size_t *len)

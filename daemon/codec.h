@@ -31,8 +31,15 @@ size_t codec_encode_reply(const struct request *req, uint8_t *buf,
 #define CODEC_REPLY_MAX 1024
 
 /* Encodes the OK reply of an admin call (req->admin) into a new malloc'd
- * buffer of *len bytes; NULL when out of memory. */
+ * buffer of *len bytes; NULL when out of memory. Not a Snapshot's: */
 uint8_t *codec_encode_admin(const struct request *req, size_t *len);
+
+/* A SnapshotResponse of a database of len bytes is these bytes (the
+ * field's tag and length, written into buf: CODEC_SNAPSHOT_HEADER_MAX is
+ * enough; returns how many) followed by the database itself, which so
+ * need not be copied into the message. */
+#define CODEC_SNAPSHOT_HEADER_MAX 11
+size_t codec_snapshot_header(size_t len, uint8_t *buf);
 
 /* Writes the full gRPC method path of op ("/mecatl.driver.v1.
  * SessionLeaseService/Acquire", "/leased.admin.v1.Admin/Get") into buf,

@@ -515,6 +515,9 @@ static const char *refusal(const struct policy_rule *rule,
         return "may not call the admin service";
     if (req->op == OP_REVOKE && rule->admin != ADMIN_WRITE)
         return "may not revoke (admin=write)";
+    if (req->op == OP_SNAPSHOT) /* every session's lease, unfiltered */
+        return rule->sessions.all ? NULL
+                                  : "may not snapshot (sessions=*)";
     if (req->op == OP_LIST) {
         *keep = scope_list(rule, req);
         return NULL;

@@ -567,6 +567,12 @@ static void run_admin(struct slot *sl)
     case OP_REVOKE:
         run_revoke(sl, req);
         break;
+    case OP_SNAPSHOT: /* the database's to back up, not a replica's */
+        req->status = REPLY_HELD; /* FAILED_PRECONDITION */
+        snprintf(req->reason, sizeof(req->reason),
+                 "the leases are in PostgreSQL: back them up with its own "
+                 "tools (pg_dump; docs/ha.md)");
+        break;
     default:
         abort();
     }

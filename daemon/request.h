@@ -24,6 +24,7 @@ enum request_op {
     OP_LIST,
     OP_STATS,
     OP_REVOKE,
+    OP_SNAPSHOT,
 };
 
 /* Whether op is a leased.admin.v1.Admin call, made with the admin tokens
@@ -34,11 +35,11 @@ static inline bool request_is_admin(enum request_op op)
     return op >= OP_GET;
 }
 
-/* Whether op only reads (Get, List, Stats): answered without a commit.
- * Revoke, an admin call, changes a lease as a Release does. */
+/* Whether op only reads (Get, List, Stats, Snapshot): answered without a
+ * commit. Revoke, an admin call, changes a lease as a Release does. */
 static inline bool request_is_read(enum request_op op)
 {
-    return op >= OP_GET && op <= OP_STATS;
+    return request_is_admin(op) && op != OP_REVOKE;
 }
 
 /* The outcome, mapped to a gRPC status in one place (frontend.c). */
@@ -78,6 +79,9 @@ struct admin_result {
     size_t seen;                /* List: rows looked at (admin.h) */
     char *next;                 /* List: the next page's token, or NULL */
     size_t next_len;
+    void *snapshot;             /* Snapshot: the database, snapshot_len */
+    size_t snapshot_len;        /* bytes, freed with snapshot_free() */
+    void (*snapshot_free)(void *);
     struct admin_stats {
         uint64_t live_leases, lease_entries, takeovers, expiries, reclaims;
         uint64_t token_high_water_mark;

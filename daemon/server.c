@@ -143,8 +143,8 @@ struct server {
     uv_timer_t gc_timer;
     bool gc_due;
 
-    /* Admin List calls: one lists the store on a worker, the others
-     * wait their turn. */
+    /* Admin List and Snapshot calls: one reads the store on a worker,
+     * the others wait their turn. */
     struct request *lists, *lists_tail;
     bool listing;
     int list_err;
@@ -623,6 +623,12 @@ static void run_list(uv_work_t *w)
 {
     struct server *s = w->data;
     struct request *r = s->lists;
+    if (r->op == OP_SNAPSHOT) {
+        r->admin->snapshot_free = store_snapshot_free;
+        s->list_err = store_snapshot(s->store, &r->admin->snapshot,
+                                     &r->admin->snapshot_len);
+        return;
+    }
     int err = store_list(s->store, r->session, r->session_len, r->page_token,
                          r->page_token_len, r->page_size + 1, list_row, r);
     s->list_err = err == 1 ? STORE_OK : err;
@@ -640,7 +646,8 @@ static void list_done(uv_work_t *w, int status)
     r->next = NULL;
     s->listing = false;
     if (status != 0 || s->list_err != STORE_OK) {
-        log_warn("list_failed", "error=\"%s\"", store_list_errmsg(s->store));
+        log_warn(r->op == OP_SNAPSHOT ? "snapshot_failed" : "list_failed",
+                 "error=\"%s\"", store_list_errmsg(s->store));
         r->status = REPLY_UNAVAILABLE;
         snprintf(r->reason, sizeof(r->reason), "storage unavailable");
     } else {
@@ -684,7 +691,7 @@ static uint32_t queued_slot(const struct server *s, const struct request *req)
 
 /* Takes the admin reads out of pending and answers them: Get and Stats
  * at once, from the engine (between batches it holds no tentative
- * change), List in turn on a worker. A Revoke stays, decided in its
+ * change), List and Snapshot in turn on a worker. A Revoke stays, decided in its
  * turn as a Release is. */
 static void take_admin(struct server *s)
 {
@@ -700,7 +707,7 @@ static void take_admin(struct server *s)
         }
         *p = r->next;
         r->next = NULL;
-        if (r->op != OP_LIST) {
+        if (r->op != OP_LIST && r->op != OP_SNAPSHOT) {
             answer_admin(s, r, now_ns);
             continue;
         }

@@ -545,6 +545,30 @@ int store_list(struct store *s, const char *prefix, size_t prefix_len,
     return err;
 }
 
+int store_snapshot(struct store *s, void **out, size_t *len)
+{
+    sqlite3_int64 n = 0;
+    unsigned char *p = sqlite3_serialize(s->reader, "main", &n, 0);
+    if (p == NULL) {
+        /* No way to tell out of memory from an I/O error: the message
+         * of the connection, if it has one, says which. */
+        snprintf(s->list_errmsg, sizeof(s->list_errmsg), "snapshot: %s",
+                 sqlite3_errcode(s->reader) != SQLITE_OK
+                     ? sqlite3_errmsg(s->reader)
+                     : "out of memory");
+        return sqlite3_errcode(s->reader) != SQLITE_OK ? STORE_EIO
+                                                       : STORE_ENOMEM;
+    }
+    *out = p;
+    *len = (size_t)n;
+    return STORE_OK;
+}
+
+void store_snapshot_free(void *p)
+{
+    sqlite3_free(p);
+}
+
 const char *store_list_errmsg(const struct store *s)
 {
     return s->list_errmsg;

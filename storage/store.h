@@ -95,6 +95,14 @@ int store_list(struct store *s, const char *prefix, size_t prefix_len,
                void *arg);
 const char *store_list_errmsg(const struct store *s);
 
+/* A consistent copy of the whole database (SQLite's serialization of it:
+ * the bytes of a database file, as of one read transaction) into *out,
+ * *len bytes, to free with store_snapshot_free(). Uses store_list()'s
+ * connection, and so its rules (a thread of its own beside commits, one
+ * at a time with lists) and its store_list_errmsg(). */
+int store_snapshot(struct store *s, void **out, size_t *len);
+void store_snapshot_free(void *p);
+
 /* The reason of the last error, for logs. */
 const char *store_errmsg(const struct store *s);
 

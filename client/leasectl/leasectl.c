@@ -223,10 +223,8 @@ static int reported(const struct ctl *c, grpc_status_code st,
     }
 }
 
-/* An admin or health call; returns the exit code, printing failures. */
-static int call(struct ctl *c, const char *path, const ProtobufCMessage *req,
-                const ProtobufCMessageDescriptor *desc,
-                ProtobufCMessage **resp)
+int ctl_call(struct ctl *c, const char *path, const ProtobufCMessage *req,
+             const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp)
 {
     char details[256];
     grpc_status_code st =
@@ -404,7 +402,7 @@ static int cmd_get(struct ctl *c)
     Leased__Admin__V1__GetRequest req = LEASED__ADMIN__V1__GET_REQUEST__INIT;
     req.session_id = c->args.arg;
     ProtobufCMessage *resp;
-    rc = call(c, GET_PATH, &req.base,
+    rc = ctl_call(c, GET_PATH, &req.base,
               &leased__admin__v1__get_response__descriptor, &resp);
     if (rc != EXIT_OK)
         return rc;
@@ -429,7 +427,7 @@ static int cmd_list(struct ctl *c)
         req.page_token = token;
         req.page_size = left > 0 && left < 1000 ? (int32_t)left : 1000;
         ProtobufCMessage *resp;
-        rc = call(c, "/leased.admin.v1.Admin/List", &req.base,
+        rc = ctl_call(c, "/leased.admin.v1.Admin/List", &req.base,
                   &leased__admin__v1__list_response__descriptor, &resp);
         if (rc != EXIT_OK)
             return rc;
@@ -455,7 +453,7 @@ static int cmd_revoke(struct ctl *c)
     req.session_id = c->args.arg;
     req.token = c->args.token.set ? c->args.token.value : 0;
     ProtobufCMessage *resp;
-    rc = call(c, "/leased.admin.v1.Admin/Revoke", &req.base,
+    rc = ctl_call(c, "/leased.admin.v1.Admin/Revoke", &req.base,
               &leased__admin__v1__revoke_response__descriptor, &resp);
     if (rc != EXIT_OK)
         return rc;
@@ -488,7 +486,7 @@ static int cmd_stats(struct ctl *c)
     Leased__Admin__V1__StatsRequest req =
         LEASED__ADMIN__V1__STATS_REQUEST__INIT;
     ProtobufCMessage *resp;
-    rc = call(c, STATS_PATH, &req.base,
+    rc = ctl_call(c, STATS_PATH, &req.base,
               &leased__admin__v1__stats_response__descriptor, &resp);
     if (rc != EXIT_OK)
         return rc;
@@ -527,7 +525,7 @@ static int cmd_health(struct ctl *c)
     Grpc__Health__V1__HealthCheckRequest req =
         GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
     ProtobufCMessage *resp;
-    rc = call(c, "/grpc.health.v1.Health/Check", &req.base,
+    rc = ctl_call(c, "/grpc.health.v1.Health/Check", &req.base,
               &grpc__health__v1__health_check_response__descriptor, &resp);
     if (rc != EXIT_OK)
         return rc;
@@ -575,8 +573,8 @@ int main(int argc, char **argv)
         [CTL_ACQUIRE] = cmd_acquire, [CTL_RENEW] = cmd_renew,
         [CTL_RELEASE] = cmd_release, [CTL_GET] = cmd_get,
         [CTL_LIST] = cmd_list,       [CTL_STATS] = cmd_stats,
-        [CTL_REVOKE] = cmd_revoke,   [CTL_HEALTH] = cmd_health,
-        [CTL_HOLD] = ctl_hold};
+        [CTL_REVOKE] = cmd_revoke,   [CTL_SNAPSHOT] = ctl_snapshot,
+        [CTL_HEALTH] = cmd_health,   [CTL_HOLD] = ctl_hold};
     struct ctl c = {0};
     const struct ctl_args *a = &c.args;
     int rc = ctl_parse(argc, argv, &c.args);

@@ -39,6 +39,7 @@ enum ctl_cmd {
     CTL_LIST,
     CTL_STATS,
     CTL_REVOKE,
+    CTL_SNAPSHOT,
     CTL_HEALTH,
     CTL_HOLD,
     CTL_COMMANDS, /* how many */
@@ -73,8 +74,9 @@ struct ctl_args {
     int64_t wait_ns; /* CTL_FOREVER: no limit */
     int64_t grace_ns, ttl_ns;
     long limit; /* 0: none */
-    /* The command's argument (SESSION or PREFIX, argv's); NULL: none. */
-    char *arg;
+    /* The command's argument (SESSION or PREFIX, argv's); NULL: none.
+     * snapshot: the word "save", and FILE in arg2. */
+    char *arg, *arg2;
     /* hold: CMD and its arguments, the words after "--" (argv's own,
      * NULL-terminated). */
     char **run;
@@ -188,5 +190,14 @@ int hold_block_signals(void);
 /* `leasectl hold SESSION [--owner O] [--wait D] [--grace D] [--ttl D] --
  * CMD ARGS…`, as c->args has it. Returns the exit code. */
 int ctl_hold(struct ctl *c);
+
+/* `leasectl snapshot save FILE`. Returns the exit code. */
+int ctl_snapshot(struct ctl *c);
+
+/* An admin or health call: *resp (free it with
+ * protobuf_c_message_free_unpacked) and EXIT_OK, or the exit code of a
+ * failure it printed. */
+int ctl_call(struct ctl *c, const char *path, const ProtobufCMessage *req,
+             const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp);
 
 #endif

@@ -50,7 +50,7 @@ static const struct command {
     const char *args;    /* the synopsis before the options */
     const char *after;   /* after them: "-- CMD…" for a command to run */
     const char *need;    /* the argument it cannot do without, or NULL */
-    int max;             /* arguments it takes (0 or 1) */
+    int max;             /* arguments it takes (0 to 2) */
     const char *summary; /* its line in leasectl --help */
     const char *help;    /* what `leasectl NAME --help` says it does */
 } commands[CTL_COMMANDS] = {
@@ -103,6 +103,16 @@ static const struct command {
                 "while the lease's token is N. Needs admin=write under a "
                 "policy. Exit 6 when nobody holds it, 3 when its token is "
                 "another.",
+    },
+    [CTL_SNAPSHOT] = {
+        .name = "snapshot", .args = "save FILE", .need = "save FILE",
+        .max = 2,
+        .summary = "copy the embedded store to FILE",
+        .help = "Writes a consistent copy of the running daemon's SQLite "
+                "store to FILE (a new file, complete or not there at all), "
+                "to restore as docs/operations.md says. Needs admin=read "
+                "and sessions=* under a policy. Over PostgreSQL, use "
+                "pg_dump instead (exit 1).",
     },
     [CTL_HEALTH] = {
         .name = "health",
@@ -440,6 +450,8 @@ static int word(struct ctl_args *a, char *w, const char **unexpected)
     }
     if (a->arg == NULL && commands[a->cmd].max > 0)
         a->arg = w;
+    else if (a->arg2 == NULL && commands[a->cmd].max > 1)
+        a->arg2 = w;
     else if (*unexpected == NULL)
         *unexpected = w;
     return EXIT_OK;
@@ -527,8 +539,11 @@ int ctl_parse(int argc, char **argv, struct ctl_args *a)
                              rows[i].name);
     if (c->after != NULL && (a->run == NULL || a->run[0] == NULL))
         return ctl_usage(a->cmd, "missing -- CMD");
-    if (c->need != NULL && a->arg == NULL)
+    if (c->need != NULL &&
+        (a->arg == NULL || (c->max > 1 && a->arg2 == NULL)))
         return ctl_usage(a->cmd, "missing %s", c->need);
+    if (a->cmd == CTL_SNAPSHOT && strcmp(a->arg, "save") != 0)
+        return ctl_usage(a->cmd, "want save FILE, not %s", a->arg);
     if (unexpected != NULL)
         return ctl_usage(a->cmd, "unexpected argument %s", unexpected);
     /* Said here in leasectl's words, not liblease's (tls_cert_file…). */

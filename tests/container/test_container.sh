@@ -97,6 +97,8 @@ PY
 ctl() { podman exec "$name" leasectl --url "127.0.0.1:$port" "$@"; }
 ctl get s1 --json | grep -q '"owner": *"alice"' ||
   fail "leasectl get s1 in the container: $(ctl get s1 --json 2>&1)"
+ctl snapshot save /tmp/leased.db | grep -q '^saved /tmp/leased.db: ' ||
+  fail "leasectl snapshot save in the container"
 
 # SIGTERM drains and exits 0; a new container on the same volume keeps
 # the lease (restart quarantine) and its token.

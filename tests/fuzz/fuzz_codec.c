@@ -2,8 +2,8 @@
  * Fuzz target: the request decoder (daemon/codec.h), every method.
  *
  * The first byte picks the decoder, the rest is the protobuf body:
- * byte % 8 is an enum request_op (OP_ACQUIRE..OP_REVOKE) for
- * codec_decode(), or 7 for codec_decode_health(), whose service buffer
+ * byte % 9 is an enum request_op (OP_ACQUIRE..OP_SNAPSHOT) for
+ * codec_decode(), or 8 for codec_decode_health(), whose service buffer
  * is then 1..256 bytes (the next byte) and whose body follows it.
  *
  * Whatever the bytes, nothing may crash or leak, and every outcome must
@@ -19,7 +19,8 @@
  *    or like it, a page token empty or like it, a page size 1..1000
  *    (admin strings are protobuf-c's NUL-terminated copies, so their
  *    lengths are strlen's); Revoke: a session like a lease call's, its
- *    length kept (a change: "a\0b" is not "a");
+ *    length kept (a change: "a\0b" is not "a"); Snapshot: no session
+ *    (empty, not NULL);
  *  - a failure: status REPLY_INVALID, a reason, and no message to free;
  *  - health: success only with a NUL-terminated name that fits.
  */
@@ -160,6 +161,9 @@ static void fuzz_decode(enum request_op op, const uint8_t *data, size_t size)
     case OP_REVOKE: /* a change: the exact bytes, as a lease call's */
         REQUIRE(string_ok(req.session, req.session_len, ENGINE_SESSION_MAX));
         break;
+    case OP_SNAPSHOT: /* no session: the audit of a refusal reads it */
+        REQUIRE(req.session != NULL && req.session_len == 0);
+        break;
     }
     codec_free(msg);
 }
@@ -181,8 +185,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return 0;
-    unsigned pick = data[0] % (OP_REVOKE + 2);
-    if (pick <= OP_REVOKE)
+    unsigned pick = data[0] % (OP_SNAPSHOT + 2);
+    if (pick <= OP_SNAPSHOT)
         fuzz_decode((enum request_op)pick, data + 1, size - 1);
     else
         fuzz_health(data + 1, size - 1);

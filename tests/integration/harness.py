@@ -419,6 +419,10 @@ class Client:
         return self._admin("Stats", admin_pb.StatsRequest(),
                            admin_pb.StatsResponse)
 
+    def snapshot(self):
+        return self._admin("Snapshot", admin_pb.SnapshotRequest(),
+                           admin_pb.SnapshotResponse).database
+
     def revoke(self, session, token=0):
         return self._admin("Revoke", admin_pb.RevokeRequest(
             session_id=session, token=token), admin_pb.RevokeResponse).lease

@@ -611,7 +611,7 @@ def test_man_page_covers_every_command_and_option():
     usage = subprocess.run([os.environ["LEASECTL_BIN"], "--help"],
                            capture_output=True, text=True).stdout
     commands = ["acquire", "renew", "release", "get", "list", "stats",
-                "revoke", "health", "hold"]
+                "revoke", "snapshot", "health", "hold"]
     for word in commands + [
             "--url", "--tls-ca", "--tls-cert", "--tls-key",
             "--tls-server-name", "--token-file", "--timeout", "--json",

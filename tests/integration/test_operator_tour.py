@@ -71,6 +71,11 @@ def test_the_operators_tour_runs_as_printed():
         # list: both, in order; get: web-1's, live.
         assert len(re.findall(r"^orders/4[23]  owner web-1  token 1 ", out,
                               re.M)) == 5, logs
+        m = re.search(r"^saved leased-backup.db: (\d+) bytes$", out, re.M)
+        backup = os.path.join(clone, "leased-backup.db")
+        assert m and os.path.getsize(backup) == int(m.group(1)), logs
+        with open(backup, "rb") as f:
+            assert f.read(16) == b"SQLite format 3\0", logs
         audit = output("leased.log")
         assert 'msg=revoke identity="" session="orders/42" owner="web-1" ' \
                'token=1' in audit, logs

@@ -211,6 +211,25 @@ def test_revoke_needs_admin_write_on_the_session():
                    r'session="a/1" owner="" token=0 reason="identity')
 
 
+def test_snapshot_needs_every_session():
+    """A snapshot holds every tenant's leases: admin=read on some
+    prefixes is not enough, sessions=* is."""
+    policy = write_policy("team-a sessions=a/ owners=host-a admin=write\n"
+                          "ops sessions=* admin=read\n")
+    with Leased(ttl="30s", args=["--auth-token-file", token_file(),
+                                 "--policy-file", policy]) as d:
+        a = token_client(d, "team-a")
+        a.acquire("a/1", "host-a-1")
+        assert denied_reason(a.snapshot) == \
+            'identity "team-a" may not snapshot (sessions=*)'
+        ops = token_client(d, "ops")
+        if d.postgres is None:
+            assert ops.snapshot().startswith(b"SQLite format 3\0")
+        else:
+            assert status_of(ops.snapshot) == \
+                grpc.StatusCode.FAILED_PRECONDITION
+
+
 def test_identity_of_certificates_and_tokens_in_the_audit():
     """A URI SAN before a DNS SAN before the common name; a bearer token's
     name before the certificate's identity; without either, the empty

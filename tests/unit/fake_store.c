@@ -434,9 +434,19 @@ int store_list(struct store *s, const char *prefix, size_t prefix_len,
     return STORE_EIO;
 }
 
+int store_snapshot(struct store *s, void **out, size_t *len)
+{
+    return STORE_EIO;
+}
+
+void store_snapshot_free(void *p)
+{
+    free(p);
+}
+
 const char *store_list_errmsg(const struct store *s)
 {
-    return "the fake store does not list";
+    return "the fake store neither lists nor snapshots";
 }
 
 const char *store_errmsg(const struct store *s)
