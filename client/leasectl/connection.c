@@ -91,6 +91,7 @@ int ctl_reach(struct ctl *c)
                                                : REACH_MS;
     if (conn_reachable(&c->conn, ms, why, sizeof(why)))
         return EXIT_OK;
+    ctl_deadline_settle();
     fprintf(stderr,
             "leasectl: %s: cannot connect to %s: %s%s (UNAVAILABLE)\n",
             c->cmd, c->args.url, why,
@@ -157,4 +158,12 @@ int ctl_deadline_start(const struct ctl *c)
 bool ctl_deadline_stop(void)
 {
     return atomic_exchange(&state, IDLE) != FIRED;
+}
+
+void ctl_deadline_settle(void)
+{
+    if (ctl_deadline_stop())
+        return;
+    for (;;)
+        pause(); /* the watchdog says why, and ends the process */
 }

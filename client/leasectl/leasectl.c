@@ -99,6 +99,7 @@ static bool ends_with_status(const char *text)
 
 int ctl_fail(int err, const char *what)
 {
+    ctl_deadline_settle();
     const char *why = lease_errmsg();
     if (why[0] == '\0')
         why = lease_strerror(err);
@@ -200,6 +201,7 @@ static int reported(const struct ctl *c, grpc_status_code st,
 {
     if (st == GRPC_STATUS_OK)
         return EXIT_OK;
+    ctl_deadline_settle();
     fprintf(stderr, "leasectl: %s: %s (%s)\n", c->cmd,
             details[0] != '\0' ? details : "failed", status_name(st));
     switch (st) {

@@ -144,6 +144,12 @@ int ctl_deadline_start(const struct ctl *c);
  * ending the process. */
 bool ctl_deadline_stop(void);
 
+/* Before a command says how it ended (a failure, or a result it then
+ * writes): stops the watchdog, or, when it has fired (it is saying why
+ * itself and ending the process), waits for that end, so that a command
+ * says one thing, never two. */
+void ctl_deadline_settle(void);
+
 /* The owner to act as (docs/leasectl.1): flag (--owner) if not NULL,
  * else $LEASE_OWNER if set and not empty, else USER@HOST, made unique to
  * this run with unique (hold's): USER@HOST/PID-NONCE. Returns flag, the

@@ -98,6 +98,7 @@ int ctl_snapshot(struct ctl *c)
         return EXIT_FAILED;
     if (rc != EXIT_OK)
         return rc;
+    ctl_deadline_settle(); /* the answer came: FILE is written whole */
     const ProtobufCBinaryData *db =
         &((Leased__Admin__V1__SnapshotResponse *)resp)->database;
     const char *file = c->args.arg2, *what = "";
