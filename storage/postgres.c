@@ -1017,6 +1017,29 @@ static int read_answer(struct pgstore *p, struct pending *b)
 
 /* b's outcome from its result: its calls decided (PGSTORE_OK), or
  * nothing applied (PGSTORE_EFAIL), or unknown (the pipeline is lost). */
+/* Whether the database's answer to a call of op (code, enum pgstore_flag
+ * flags) is one leased_decide gives: a code its op can have, and flags it
+ * knows (a refusal may carry those of an insert it lost to another
+ * replica's; they are not read). Anything else comes from a function of
+ * another version, or a changed one: never to be read as a refusal, nor
+ * as a success; the batch's outcome is unknown. */
+static bool known_outcome(enum rules_op op, int code, unsigned flags)
+{
+    if (flags & ~(unsigned)(PGSTORE_TAKEOVER | PGSTORE_EXPIRED |
+                            PGSTORE_RECLAIM))
+        return false;
+    switch (op) {
+    case RULES_ACQUIRE:
+        return code == RULES_OK || code == RULES_HELD;
+    case RULES_RENEW:
+        return code == RULES_OK || code == RULES_LOST;
+    case RULES_RELEASE:
+        return code == RULES_OK || code == RULES_NOOP;
+    default:
+        return false;
+    }
+}
+
 static int decode(struct pgstore *p, struct pending *b, int64_t *db_now_ns)
 {
     const PGresult *res = b->res;
@@ -1046,6 +1069,13 @@ static int decode(struct pgstore *p, struct pending *b, int64_t *db_now_ns)
             c->expiry_ns = get_int(res, row, 2);
         }
         c->flags = (unsigned)get_int(res, row, 3);
+        if (!known_outcome(c->op, c->code, c->flags)) {
+            set_error(p, "deciding: the database answered code %d, flags "
+                         "%u to a call of op %d, which this leased does "
+                         "not know (leased_decide of another version?)",
+                      c->code, c->flags, (int)c->op);
+            return lost(p); /* what it did is unknown, as its answer */
+        }
         row++;
     }
     return PGSTORE_OK;

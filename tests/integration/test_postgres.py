@@ -1254,6 +1254,39 @@ def test_garbage_collection():
 
 
 
+def test_an_answer_this_leased_does_not_know_is_no_refusal():
+    """leased_decide of another version (here: one that answers code 9)
+    must not reach a client as a refusal, nor as an OK: the calls of that
+    batch get UNAVAILABLE (their outcome is unknown), the log says why,
+    and leased keeps serving once the function is its own again."""
+    server = harness.shared_postgres()
+    name, conninfo = new_database()
+    with Leased(ttl="30s", postgres=conninfo) as d:
+        c = d.client()
+        assert c.acquire("s", "alice").token == 1
+        server.psql(
+            "ALTER FUNCTION leased_decide(int[], bytea[], bytea[], bigint[], "
+            "bigint) RENAME TO leased_decide_kept;"
+            "CREATE FUNCTION leased_decide(op int[], s bytea[], o bytea[], "
+            "t bigint[], ttl bigint, OUT code int, OUT tok bigint, "
+            "OUT exp bigint, OUT flags int, OUT now_ns bigint) "
+            "RETURNS SETOF record LANGUAGE plpgsql AS $$ BEGIN "
+            "FOR i IN 1 .. cardinality(op) LOOP code := 9; tok := NULL; "
+            "exp := NULL; flags := 0; now_ns := leased_now(); RETURN NEXT; "
+            "END LOOP; END $$", dbname=name)
+        expect_code(UNAVAILABLE, c.acquire, "t", "bob")
+        d.wait_log(r"the database answered code 9, flags 0 to a call of "
+                   r"op 1, which this leased does not know")
+        server.psql("DROP FUNCTION leased_decide(int[], bytea[], bytea[], "
+                    "bigint[], bigint);"
+                    "ALTER FUNCTION leased_decide_kept(int[], bytea[], "
+                    "bytea[], bigint[], bigint) RENAME TO leased_decide",
+                    dbname=name)
+        wait_for("calls decided again", lambda: status_of(
+            c.acquire, "u", "carol") == OK, 20)
+        assert c.renew(c.acquire("s", "alice")).token == 1
+
+
 # --- 8. Restoring an older backup of the database -------------------------
 
 def test_restore_of_an_older_backup_with_a_raised_floor():
