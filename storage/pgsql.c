@@ -33,6 +33,23 @@
  */
 #include "pgsql.h"
 
+#include <assert.h>
+
+#include "postgres.h"
+#include "rules.h"
+
+/* leased_decide writes these numbers as literals: ops 1 Acquire, 2 Renew,
+ * 3 Release; codes 0 OK, 1 held, 2 lost, 3 no-op; flags 1 takeover, 2 it
+ * replaced an expired holder, 4 a renewal after expiry. */
+static_assert(RULES_ACQUIRE == 1 && RULES_RENEW == 2 && RULES_RELEASE == 3,
+              "the ops leased_decide is written for");
+static_assert(RULES_OK == 0 && RULES_HELD == 1 && RULES_LOST == 2 &&
+                  RULES_NOOP == 3,
+              "the codes leased_decide is written for");
+static_assert(PGSTORE_TAKEOVER == 1 && PGSTORE_EXPIRED == 2 &&
+                  PGSTORE_RECLAIM == 4,
+              "the flags leased_decide is written for");
+
 /* A batch: calls i = 1..n, op[i] an enum rules_op, in session order
  * (then arrival order), decided in their order, one row each: code (enum
  * rules_code), the lease's token and expiry (code 0), flags (enum
