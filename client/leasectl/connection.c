@@ -16,7 +16,6 @@
  */
 #include <errno.h>
 #include <grpc/support/log.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,15 +140,7 @@ int ctl_deadline_start(const struct ctl *c)
              c->cmd, (double)a->timeout_ns / 1e9, wait,
              changes ? ": it may or may not have taken effect" : "");
     atomic_store(&state, ARMED);
-    pthread_attr_t attr;
-    int err = pthread_attr_init(&attr);
-    if (err == 0) {
-        pthread_t t;
-        err = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        if (err == 0)
-            err = pthread_create(&t, &attr, watch, NULL);
-        pthread_attr_destroy(&attr);
-    }
+    int err = ctl_start_thread(watch);
     if (err != 0)
         atomic_store(&state, IDLE);
     return err;

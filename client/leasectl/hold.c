@@ -139,15 +139,7 @@ int hold_block_signals(void)
     int err = pthread_sigmask(SIG_BLOCK, &caught, &mask_before);
     if (err != 0)
         return err;
-    pthread_attr_t attr;
-    err = pthread_attr_init(&attr);
-    if (err == 0) {
-        pthread_t t;
-        err = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        if (err == 0)
-            err = pthread_create(&t, &attr, take_signals, NULL);
-        pthread_attr_destroy(&attr);
-    }
+    err = ctl_start_thread(take_signals);
     if (err != 0)
         pthread_sigmask(SIG_SETMASK, &mask_before, NULL);
     return err;

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +96,20 @@ static bool ends_with_status(const char *text)
             return true;
     }
     return false;
+}
+
+int ctl_start_thread(void *(*run)(void *))
+{
+    pthread_attr_t attr;
+    int err = pthread_attr_init(&attr);
+    if (err != 0)
+        return err;
+    pthread_t t;
+    err = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (err == 0)
+        err = pthread_create(&t, &attr, run, NULL);
+    pthread_attr_destroy(&attr);
+    return err;
 }
 
 int ctl_fail(int err, const char *what)
@@ -405,7 +420,7 @@ static int cmd_get(struct ctl *c)
     req.session_id = c->args.arg;
     ProtobufCMessage *resp;
     rc = ctl_call(c, GET_PATH, &req.base,
-              &leased__admin__v1__get_response__descriptor, &resp);
+                  &leased__admin__v1__get_response__descriptor, &resp);
     if (rc != EXIT_OK)
         return rc;
     Leased__Admin__V1__GetResponse *r = (Leased__Admin__V1__GetResponse *)resp;
@@ -430,7 +445,7 @@ static int cmd_list(struct ctl *c)
         req.page_size = left > 0 && left < 1000 ? (int32_t)left : 1000;
         ProtobufCMessage *resp;
         rc = ctl_call(c, "/leased.admin.v1.Admin/List", &req.base,
-                  &leased__admin__v1__list_response__descriptor, &resp);
+                      &leased__admin__v1__list_response__descriptor, &resp);
         if (rc != EXIT_OK)
             return rc;
         Leased__Admin__V1__ListResponse *r =
@@ -456,7 +471,7 @@ static int cmd_revoke(struct ctl *c)
     req.token = c->args.token.set ? c->args.token.value : 0;
     ProtobufCMessage *resp;
     rc = ctl_call(c, "/leased.admin.v1.Admin/Revoke", &req.base,
-              &leased__admin__v1__revoke_response__descriptor, &resp);
+                  &leased__admin__v1__revoke_response__descriptor, &resp);
     if (rc != EXIT_OK)
         return rc;
     const Leased__Admin__V1__Lease *l =
@@ -489,7 +504,7 @@ static int cmd_stats(struct ctl *c)
         LEASED__ADMIN__V1__STATS_REQUEST__INIT;
     ProtobufCMessage *resp;
     rc = ctl_call(c, STATS_PATH, &req.base,
-              &leased__admin__v1__stats_response__descriptor, &resp);
+                  &leased__admin__v1__stats_response__descriptor, &resp);
     if (rc != EXIT_OK)
         return rc;
     Leased__Admin__V1__StatsResponse *s =
@@ -528,7 +543,8 @@ static int cmd_health(struct ctl *c)
         GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
     ProtobufCMessage *resp;
     rc = ctl_call(c, "/grpc.health.v1.Health/Check", &req.base,
-              &grpc__health__v1__health_check_response__descriptor, &resp);
+                  &grpc__health__v1__health_check_response__descriptor,
+                  &resp);
     if (rc != EXIT_OK)
         return rc;
     int status = (int)((Grpc__Health__V1__HealthCheckResponse *)resp)->status;

@@ -197,6 +197,10 @@ int hold_block_signals(void);
  * CMD ARGS…`, as c->args has it. Returns the exit code. */
 int ctl_hold(struct ctl *c);
 
+/* Starts run(NULL) on a thread of its own, detached (it lives as long as
+ * the process, or ends by itself). Returns 0 or an errno. */
+int ctl_start_thread(void *(*run)(void *));
+
 /* `leasectl snapshot save FILE`. Returns the exit code. */
 int ctl_snapshot(struct ctl *c);
 
