@@ -1189,13 +1189,16 @@ def test_restore_of_an_older_backup_with_a_raised_floor():
         d.start()
         c = d.client()
         time.sleep(1.2)
-        assert c.acquire("new", "hal").token == 4
+        # Above the raised floor: 4, or 5 once garbage collection took a,
+        # b and c (token 4 each, a TTL after their expiry) before it, as a
+        # slow run's can.
+        new = c.acquire("new", "hal").token
+        assert new in (4, 5), new
         assert d.stop() == 0
-        # (Garbage collection may have removed a, b and c by now.)
         rows, floor = read_db(d.db_path)
         assert floor >= 3, floor
-        assert rows["new"][1] == 4, rows
-        assert min(v[1] for v in rows.values()) == 4, rows
+        assert rows["new"][1] == new, rows
+        assert min(v[1] for v in rows.values()) >= 4, rows
 
 
 def test_full_queue_resource_exhausted():
