@@ -48,6 +48,14 @@ enum rules_code {
     RULES_NOOP = 3, /* Release, Revoke: nothing to free */
 };
 
+/* What an OK decision did, for the counters: a set of these. */
+enum rules_flag {
+    RULES_TAKEOVER = 1, /* a new holder, and a new token */
+    RULES_EXPIRED = 2,  /* the end of a held lease that had run out: a
+                           takeover replaced it, or it was collected */
+    RULES_RECLAIM = 4,  /* a renewal after expiry; nobody took it over */
+};
+
 /* One session's lease as stored. owner is borrowed and not NUL-terminated;
  * an owner_len of 0 means released (owner may then be NULL). */
 struct rules_row {

@@ -12,6 +12,7 @@
 #include "datadir.h"
 #include "engine.h"
 #include "log.h"
+#include "mode.h"
 #include "postgres.h"
 #include "store.h"
 
@@ -52,8 +53,7 @@ static int add_row(void *arg, const struct lease_row *row)
     return 0;
 }
 
-int import_sqlite(const struct config *cfg, struct pgstore *db,
-                  char *errmsg, size_t len)
+int import_sqlite(const struct config *cfg, char *errmsg, size_t len)
 {
     char path[PATH_MAX];
     snprintf(path, sizeof(path), "%s/leased.db", cfg->import_from);
@@ -62,6 +62,9 @@ int import_sqlite(const struct config *cfg, struct pgstore *db,
                  cfg->import_from, strerror(errno));
         return -1;
     }
+    struct pgstore *db = NULL;
+    if (mode_shared_connect(cfg, &db, 1, errmsg, len) != 0)
+        return -1;
     struct store *store = NULL;
     char why[400];
     struct rows rows = {0};
@@ -96,5 +99,6 @@ int import_sqlite(const struct config *cfg, struct pgstore *db,
     store_close(store);
     if (lock_fd >= 0)
         close(lock_fd);
+    pgstore_close(db);
     return rc;
 }

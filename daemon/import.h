@@ -1,6 +1,6 @@
 /*
  * --import-from: moving from the SQLite store to PostgreSQL. Copies the
- * leases of the SQLite store in cfg->import_from into the database db,
+ * leases of the SQLite store in cfg->import_from into cfg's database,
  * with their owners, tokens and expiries and the token floor, under a
  * quarantine as long as a restart's plus --max-clock-skew (the embedded
  * store may not have written its last renewals, and the two hosts' clocks
@@ -16,9 +16,6 @@
 
 #include "config.h"
 
-struct pgstore;
-
-int import_sqlite(const struct config *cfg, struct pgstore *db,
-                  char *errmsg, size_t len);
+int import_sqlite(const struct config *cfg, char *errmsg, size_t len);
 
 #endif

@@ -2,16 +2,16 @@
  * leased: parses the configuration, wires the parts together, handles
  * signals, and nothing else.
  *
- *   config -> data directory lock -> store -> server (engine, loop side)
- *          or: config -> PostgreSQL -> replica (loop side)
- *          -> frontend (gRPC, completion-queue thread) -> uv_run
+ *   config -> mode (mode.h: embedded, SQLite in a data directory; or
+ *          shared, PostgreSQL) -> frontend (gRPC, completion-queue
+ *          thread) -> uv_run
  *
  * SIGTERM/SIGINT: health NOT_SERVING, stop accepting, answer the calls in
  * progress (cancel what is left after --drain-timeout), commit, close,
  * exit 0. SIGHUP: reload the token files, the policy file and the TLS
  * files. A failed fsync ends the process at once with EX_IOERR (74),
  * answering nothing more: the supervisor restarts it, and the new
- * process reads what the disk really holds (see server.c).
+ * process reads what the disk really holds (see mode_embedded.c).
  */
 #include <assert.h>
 #include <errno.h>
@@ -37,25 +37,14 @@
 #include "log.h"
 #include "metrics.h"
 #include "metrics_http.h"
+#include "mode.h"
 #include "policy.h"
-#include "postgres.h"
-#include "replica.h"
-#include "server.h"
-#include "store.h"
 #include "tls.h"
 #include "tokens.h"
 #include "version.h"
 
-/* --postgres-connections fills an array of this many (dbs[] below, and
- * the replica's slots). */
-static_assert(CONFIG_MAX_PG_CONNECTIONS <= REPLICA_MAX_CONNECTIONS,
-              "--postgres-connections takes more than a replica has room for");
-
 struct daemon {
-    /* The loop side: the embedded server, or a replica over PostgreSQL
-     * (exactly one of them). */
-    struct server *server;
-    struct replica *replica;
+    struct mode *mode; /* the loop side */
     struct frontend *frontend;
     struct tls *tls;       /* NULL: no TLS */
     struct tokens *tokens; /* NULL: no bearer tokens */
@@ -68,23 +57,10 @@ struct daemon {
     bool stopping;
 };
 
-static void on_server_closed(void *arg);
-
 static void on_requests(void *arg, struct request *list)
 {
     struct daemon *d = arg;
-    if (d->replica != NULL)
-        replica_submit(d->replica, list);
-    else
-        server_submit(d->server, list);
-}
-
-static void close_loop_side(struct daemon *d)
-{
-    if (d->replica != NULL)
-        replica_close(d->replica, on_server_closed, d);
-    else
-        server_close(d->server, on_server_closed, d);
+    mode_submit(d->mode, list);
 }
 
 static void reply(void *arg, struct request *req)
@@ -120,7 +96,7 @@ static void on_fatal(void *arg, const char *why)
     _exit(EX_IOERR);
 }
 
-static void on_server_closed(void *arg)
+static void on_mode_closed(void *arg)
 {
     struct daemon *d = arg;
     if (d->signals_started)
@@ -132,7 +108,7 @@ static void on_frontend_stopped(void *arg)
     struct daemon *d = arg;
     frontend_destroy(d->frontend);
     d->frontend = NULL;
-    close_loop_side(d);
+    mode_close(d->mode, on_mode_closed, d);
 }
 
 /* Logs the error event msg with why as its reason, quoted: a reason may
@@ -267,69 +243,6 @@ static int load_security(const struct config *cfg, struct daemon *d,
     return 0;
 }
 
-/* The embedded store: SQLite in the data directory, which it locks
- * (*lock_fd) against a second leased. Returns 0, or -1 with errmsg set. */
-static int open_sqlite(const struct config *cfg, struct store **store,
-                       int *lock_fd, char *errmsg, size_t len)
-{
-    *lock_fd = datadir_lock(cfg->data_dir, errmsg, len);
-    if (*lock_fd < 0)
-        return -1;
-    char db_path[PATH_MAX];
-    snprintf(db_path, sizeof(db_path), "%s/leased.db", cfg->data_dir);
-    if (store_open(db_path, DATADIR_BUSY_TIMEOUT_MS, store, errmsg, len) !=
-        0)
-        return -1;
-    if (cfg->raise_token_floor == 0)
-        return 0;
-    size_t raised;
-    if (store_raise_tokens(*store, cfg->raise_token_floor, &raised) != 0) {
-        snprintf(errmsg, len, "raising the token floor: %s",
-                 store_errmsg(*store));
-        return -1;
-    }
-    log_info("token_floor_raised", "to=%llu rows=%zu",
-             (unsigned long long)cfg->raise_token_floor, raised);
-    return 0;
-}
-
-/* The shared store: n connections to PostgreSQL (dbs[0..n)), the schema
- * made or checked by the first, which also applies --raise-token-floor.
- * Returns 0, or -1 with errmsg set (naming the flag) and none open. */
-static int open_postgres(const struct config *cfg, struct pgstore **dbs,
-                         size_t n, char *errmsg, size_t len)
-{
-    struct pgstore_options o = {
-        .conninfo = cfg->postgres,
-        .ttl_ns = cfg->ttl_ns,
-        .max_skew_ns = cfg->max_skew_ns,
-        .timeout_ms = (int)(cfg->pg_timeout_ns / 1000000),
-    };
-    char why[400];
-    for (size_t i = 0; i < n; i++) {
-        if (pgstore_open(&o, &dbs[i], why, sizeof(why)) != 0) {
-            snprintf(errmsg, len, "--postgres: %s", why);
-            while (i-- > 0)
-                pgstore_close(dbs[i]);
-            return -1;
-        }
-    }
-    if (cfg->raise_token_floor == 0)
-        return 0;
-    size_t raised;
-    if (pgstore_raise_tokens(dbs[0], cfg->raise_token_floor, &raised) !=
-        PGSTORE_OK) {
-        snprintf(errmsg, len, "--raise-token-floor: %s",
-                 pgstore_errmsg(dbs[0]));
-        for (size_t i = 0; i < n; i++)
-            pgstore_close(dbs[i]);
-        return -1;
-    }
-    log_info("token_floor_raised", "to=%llu rows=%zu",
-             (unsigned long long)cfg->raise_token_floor, raised);
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     struct config cfg;
@@ -356,24 +269,11 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    int lock_fd = -1;
-    struct store *store = NULL;
-    /* Over PostgreSQL: --postgres-connections, or one for an import. */
-    struct pgstore *dbs[REPLICA_MAX_CONNECTIONS] = {NULL};
-    size_t ndbs = cfg.import_from != NULL ? 1 : (size_t)cfg.pg_connections;
-    if ((cfg.postgres != NULL
-             ? open_postgres(&cfg, dbs, ndbs, err, sizeof(err))
-             : open_sqlite(&cfg, &store, &lock_fd, err, sizeof(err))) != 0) {
-        failed("startup_failed", err);
-        return 1;
-    }
     if (cfg.import_from != NULL) {
-        rc = import_sqlite(&cfg, dbs[0], err, sizeof(err));
-        pgstore_close(dbs[0]);
-        if (rc != 0) {
-            failed("import_failed", err);
-        }
-        return rc == 0 ? 0 : 1;
+        if (import_sqlite(&cfg, err, sizeof(err)) == 0)
+            return 0;
+        failed("import_failed", err);
+        return 1;
     }
 
     /* SIGTERM, SIGINT and SIGHUP stay blocked in every thread from here
@@ -397,28 +297,12 @@ int main(int argc, char **argv)
     }
 
     uv_loop_t *loop = uv_default_loop();
-    if (cfg.postgres != NULL) {
-        /* Each connection's round trip blocks a thread of libuv's pool
-         * (4 unless set, read at its first use): one each, and one for
-         * the rest. */
-        char threads[16];
-        snprintf(threads, sizeof(threads), "%d", cfg.pg_connections + 1);
-        if (cfg.pg_connections + 1 > 4)
-            setenv("UV_THREADPOOL_SIZE", threads, 0);
-        d.replica = replica_create(loop, dbs, ndbs, cfg.ttl_ns);
-        snprintf(err, sizeof(err), "out of memory");
-    } else {
-        d.server = server_create(loop, store, cfg.ttl_ns, err, sizeof(err));
-    }
-    if (d.server == NULL && d.replica == NULL) {
-        log_error("startup_failed", "reason=\"%s\"", err);
+    const struct mode_ops *mode = cfg.postgres != NULL ? &mode_shared
+                                                       : &mode_embedded;
+    struct mode_hooks hooks = {reply, on_storage, on_wanted, on_fatal, &d};
+    if (mode->open(loop, &cfg, &hooks, &d.mode, err, sizeof(err)) != 0) {
+        failed("startup_failed", err);
         return 1;
-    }
-    if (d.replica != NULL) {
-        replica_set_reply(d.replica, reply, on_storage, on_fatal, &d);
-        replica_set_wanted(d.replica, on_wanted);
-    } else {
-        server_set_reply(d.server, reply, on_storage, on_fatal, &d);
     }
 
     /* The loop reads the signals only once it runs, when the frontend is
@@ -452,7 +336,7 @@ int main(int argc, char **argv)
     if (d.frontend == NULL) {
         log_error("startup_failed", "reason=\"%s\"", err);
         metrics_http_stop(d.metrics);
-        close_loop_side(&d);
+        mode_close(d.mode, on_mode_closed, &d);
         uv_run(loop, UV_RUN_DEFAULT);
         uv_loop_close(loop);
         close(d.signal_fd);
@@ -464,8 +348,7 @@ int main(int argc, char **argv)
         return 1;
     }
     log_info("started", "version=%s store=%s data_dir=%s ttl_ms=%lld pid=%ld",
-             LEASED_VERSION, cfg.postgres != NULL ? "postgres" : "sqlite",
-             cfg.postgres != NULL ? "-" : cfg.data_dir,
+             LEASED_VERSION, mode->name, mode_where(d.mode),
              (long long)(cfg.ttl_ns / 1000000), (long)getpid());
 
     uv_run(loop, UV_RUN_DEFAULT);
@@ -480,8 +363,6 @@ int main(int argc, char **argv)
     tokens_free(d.tokens);
     tokens_free(d.admin_tokens);
     policy_free(d.policy);
-    if (lock_fd >= 0)
-        close(lock_fd);
     log_info("stopped", NULL);
     return 0;
 }

@@ -111,7 +111,7 @@ struct request {
     bool needs_sync; /* changed ownership: answer only once on disk */
     uint64_t commit_seq; /* the loop's: which commit it waits to be synced */
     /* The loop's, for a lease call it queues: its session's counter of
-     * the calls ahead (server.c, replica.c), hashed once. */
+     * the calls ahead (mode.h), hashed once. */
     uint32_t order_slot;
     char reason[128]; /* status_details when not OK; may be empty */
     uint64_t grant_token;

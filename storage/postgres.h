@@ -72,11 +72,12 @@ int pgstore_connect(struct pgstore *p, struct pgstore_primary *primary);
 /* Closes the connection and frees the store. Accepts NULL. */
 void pgstore_close(struct pgstore *p);
 
+/* The flags of an outcome (enum rules_flag, rules.h), as the database
+ * gives them. */
 enum pgstore_flag {
-    PGSTORE_TAKEOVER = 1, /* a new holder, a new token */
-    PGSTORE_EXPIRED = 2,  /* the takeover replaced a lease held by another
-                             owner (or the same one) that had expired */
-    PGSTORE_RECLAIM = 4,  /* a renewal after expiry; nobody took it over */
+    PGSTORE_TAKEOVER = RULES_TAKEOVER,
+    PGSTORE_EXPIRED = RULES_EXPIRED,
+    PGSTORE_RECLAIM = RULES_RECLAIM,
 };
 
 /* One lease call and its outcome. Strings are borrowed. */

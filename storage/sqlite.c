@@ -6,14 +6,14 @@
  *   leases(session_id TEXT PRIMARY KEY, owner TEXT, token, expiry_ns)
  *     owner '' means released; expiry_ns is wall-clock ns since the epoch,
  *     as of the row's last change of owner: renewals are kept in memory
- *     only (the restart quarantine covers them; see server.c).
+ *     only (the restart quarantine covers them; see daemon/mode_embedded.c).
  *   meta(key TEXT PRIMARY KEY, value INTEGER)
  *     'token_floor': the highest token of every row ever deleted; new
  *     sessions start above it, so deleting rows never lowers a token.
  *     'quarantine_ttl_ns': the longest TTL whose leases may still be live
- *     (see server.c); absent in a new database.
+ *     (see daemon/mode_embedded.c); absent in a new database.
  *     'storage_checked_ns': when the daemon last wrote to check that
- *     storage works again after a failure (see server.c).
+ *     storage works again after a failure (see daemon/mode_embedded.c).
  *
  * WAL mode, one connection, BEGIN IMMEDIATE, a bounded busy timeout.
  * synchronous is NORMAL: a commit writes its WAL frames (safe from a

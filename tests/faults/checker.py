@@ -59,7 +59,7 @@ What soundness rests on (why a correct leased never trips a check):
       owner) or a release; a renewal or same-owner re-acquire of a live
       lease keeps the token. An OK takeover or release is fsynced before
       it is answered, and so is every answer decided from an ownership
-      change not yet synced (daemon/server.c; a start syncs what it
+      change not yet synced (daemon/mode_embedded.c; a start syncs what it
       loaded before it answers), so no answer is ever undone by a crash
       or a power loss; a renewal can be (only its expiry), which the
       restart quarantine covers. (Garbage collection is the exception in
@@ -121,7 +121,7 @@ The invariants, exactly as implemented (per session)
    is on disk (D3) and a renewal of a released lease fails. If it was a
    no-op, the row had another token (greater: o knew t from a grant, D3)
    or was gone, and a renewal of t fails too.
-   Caveat: leased (daemon/server.c) does not count a garbage collection
+   Caveat: leased (daemon/mode_embedded.c) does not count a garbage collection
    as a change of owner, so a no-op release of a row collected but not
    yet synced is answered at once; after a power loss the row is back
    (expired, but with its owner and token) and a renewal reclaims it.

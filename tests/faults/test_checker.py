@@ -12,7 +12,7 @@ Two kinds of histories:
     binary fractions, so that the float comparisons are exact.
   - simulated ones (class Sim): a model of a correct leased (the engine's
     rules from core/engine.c, the reply-after-sync rule of
-    daemon/server.c, the restart quarantine, garbage collection, the
+    daemon/mode_embedded.c, the restart quarantine, garbage collection, the
     startup sync), its workers (as tests/faults/workload.py behaves) and
     the campaign's runner (kill -9, power loss, SIGSTOP, clock steps,
     storage failures, paused workers). The checker must accept every such
@@ -179,7 +179,7 @@ class Sim:
     loaded, caps expiries at its quarantine's end, and holds every owned
     row until then. Garbage collection every 0.1 s after the quarantine;
     a collection counts as a change of owner here (answers decided from it
-    wait for its sync). leased (daemon/server.c) does not stamp it, so a
+    wait for its sync). leased (daemon/mode_embedded.c) does not stamp it, so a
     release or renewal of a collected row is answered before the deletion
     is durable; after a power loss the row is back and a renewal with the
     token succeeds: bug="answer_from_unsynced_gc" models that, which the
@@ -983,7 +983,7 @@ def test_simulated_controls():
 
 
 def test_simulated_gc_answered_before_sync():
-    # leased as it is (daemon/server.c): a garbage collection is not an
+    # leased as it is (daemon/mode_embedded.c): a garbage collection is not an
     # ownership change, so w2's release of its collected row (cold-0,
     # token 16, after a SIGSTOP) is answered before the deletion is
     # synced; a power loss brings the row back, and w2's renewal with

@@ -654,7 +654,7 @@ def test_sqlite_power_loss_after_a_checkpoint():
 def test_leased_sync_failure_then_power_loss():
     """The real daemon under the shim (with ASan's runtime first in a
     sanitized build): a takeover is synced; then fsync fails, leased
-    exits (server.c: a failed sync is fatal), and the restore takes back
+    exits (mode_embedded.c: a failed sync is fatal), and the restore takes back
     the takeover it committed but never synced."""
     sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
     import harness

@@ -1,5 +1,5 @@
 /*
- * A fake store for the tests of daemon/server.c: storage/store.h over
+ * A fake store for the tests of daemon/mode_embedded.c: storage/store.h over
  * rows in memory, whose timing and failures are the test's.
  *
  * What it is:
@@ -13,11 +13,11 @@
  *  - a checker of store.h's one rule on threads: apart from store_sync,
  *    no two calls at once (fake_overlaps).
  *
- * What it is not: a storage engine. store_open, store_raise_tokens and
- * store_list are not there (server.c does not need the first two; List
- * is not tested here).
+ * What it is not: a storage engine. store_open, store_raise_tokens,
+ * store_list and store_snapshot fail (the tests open it with fake_open();
+ * List and Snapshot are not tested here).
  *
- * Threads: the store's calls run on the server's loop or its workers,
+ * Threads: the store's calls run on the mode's loop or its workers,
  * the fake_* calls on the test's thread (the one that called
  * fake_create, the loop's). One mutex guards it all. No gate holds a
  * call longer than FAKE_GATE_MS: it then lets the call go and counts a
@@ -51,7 +51,7 @@ struct fake *fake_create(void (*changed)(void *arg), void *arg);
 /* Frees the fake. Its store must be closed. Accepts NULL. */
 void fake_destroy(struct fake *f);
 
-/* The store over f, for server_create (which takes it and closes it);
+/* The store over f, for mode_embedded_create (which takes it and closes it);
  * one at a time. NULL when out of memory. */
 struct store *fake_open(struct fake *f);
 bool fake_closed(struct fake *f);
@@ -73,7 +73,7 @@ unsigned fake_entered(struct fake *f, enum fake_call c);
 unsigned fake_waiting(struct fake *f, enum fake_call c);
 unsigned fake_returned(struct fake *f, enum fake_call c);
 
-/* Sets a meta value, as if stored before the server started. */
+/* Sets a meta value, as if stored before the mode started. */
 void fake_put_meta(struct fake *f, const char *key, int64_t value);
 /* The meta value under key (0 if absent). */
 int64_t fake_meta(struct fake *f, const char *key);

@@ -1,5 +1,6 @@
 /*
- * The loop side of leased (see server.h).
+ * The embedded mode (see mode.h): SQLite in a data directory, an engine
+ * in memory that decides, and group commit.
  *
  * Renewals are soft state. A renewal (or a re-acquire by the holder)
  * keeps owner and token, so the row on disk already names the holder;
@@ -11,7 +12,7 @@
  *
  * The short path: a renewal of a session with no change in flight and no
  * call waiting ahead of it is decided as soon as it arrives
- * (server_submit), even while a commit is in flight; it touches only its
+ * (embedded_submit), even while a commit is in flight; it touches only its
  * own entry, which the commit worker does not read. Everything else waits
  * in `pending` while a commit is in flight. The calls of one session are
  * decided in the order they arrived: a renewal must not overtake its
@@ -51,7 +52,7 @@
  * If a sync fails, nothing is answered any more: Linux may have dropped
  * the dirty pages it could not write, so the page cache, and the engine
  * built on it, are no longer the truth, and any later sync could succeed
- * over a hole. The server calls its fatal callback (leased exits for its
+ * over a hole. The mode calls its fatal hook (leased exits for its
  * supervisor to restart it, which re-reads the disk under a fresh restart
  * quarantine).
  *
@@ -64,21 +65,23 @@
  * restart must wait for (lower_quarantine_ttl), so the loop never waits
  * for the disk.
  */
-#include "server.h"
-
 #include <assert.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "admin.h"
 #include "clock.h"
+#include "datadir.h"
 #include "engine.h"
 #include "faultpoint.h"
 #include "log.h"
 #include "metrics.h"
+#include "mode.h"
 #include "rules.h"
 #include "store.h"
 
@@ -87,23 +90,19 @@
 #define GC_INTERVAL_MS 1000
 #define CENSUS_BUCKETS 65536 /* looked at per tick for leases_live */
 #define CLOCK_STEP_NS INT64_C(1000000000) /* wall clock jumps logged */
-#define QUEUED_SLOTS 4096 /* counters of the lease calls waiting */
 
-struct server {
-    uv_loop_t *loop;
+struct embedded {
+    /* The common part; its order counters count the lease calls in
+     * pending: a renewal takes the short path only if its session's is
+     * zero. */
+    struct mode base;
     struct engine *engine;
     struct store *store;
     struct clock clock;
-    void (*reply)(void *arg, struct request *req);
-    void (*storage)(void *arg, bool ok);
-    void (*fatal)(void *arg, const char *why);
-    void *reply_arg;
+    int lock_fd; /* the data directory's lock, -1 for none */
+    char data_dir[PATH_MAX];
 
-    struct request *pending, *pending_tail;
-    /* The lease calls in pending, counted by their session's hash: a
-     * renewal takes the short path only if its counter is zero (two
-     * sessions may share one: then it waits when it need not). */
-    uint32_t queued[QUEUED_SLOTS];
+    struct mode_queue pending;
 
     /* The batch being committed. */
     bool committing;
@@ -125,14 +124,13 @@ struct server {
     char commit_errmsg[256];
     uint64_t committed_seq; /* commits ended so far */
     uint64_t synced_seq; /* the last commit known to be durable */
-    bool storage_failing;
     /* A line a second at most: failures, and recoveries after them. */
     struct log_limit commit_log, recovered_log;
     uv_work_t commit_work;
 
     /* Takeovers and releases committed, waiting for a sync (in commit
      * order), and the sync in flight. */
-    struct request *waiting, *waiting_tail;
+    struct mode_queue waiting;
     bool syncing;
     uint64_t sync_covers; /* the last commit the sync in flight covers */
     int sync_errno;
@@ -140,26 +138,19 @@ struct server {
     int64_t sync_ns;
     uv_work_t sync_work;
 
-    uv_timer_t gc_timer;
-    bool gc_due;
+    bool gc_due; /* the mode's tick sets it */
 
     /* Admin List and Snapshot calls: one reads the store on a worker,
      * the others wait their turn. */
-    struct request *lists, *lists_tail;
+    struct mode_queue lists;
     bool listing;
     int list_err;
     uv_work_t list_work;
-    int64_t start_mono_ns;
 
-    int64_t ttl_ns;
     /* The longest TTL whose leases may still be live: longer than ttl_ns
      * after a restart that shortened the TTL, until the quarantine ends.
      * Kept in the store, so that a crash meanwhile still knows it. */
     int64_t quarantine_ttl_ns;
-
-    bool closing;
-    void (*done)(void *arg);
-    void *done_arg;
 };
 
 static int load_row(void *arg, const struct lease_row *row)
@@ -167,78 +158,49 @@ static int load_row(void *arg, const struct lease_row *row)
     return engine_load(arg, row) == ENGINE_OK ? 0 : STORE_ENOMEM;
 }
 
-/* Counts what a change did: a takeover (new token), the expiry of the
- * lease it replaced or collected, a reclaim (renewed after expiry, nobody
- * took over), as of now_ns, when it was decided. */
-static void count_change(const struct engine_change *c, int64_t now_ns)
+/* What a change did (enum rules_flag), decided at now_ns: a takeover
+ * (new token), the end of the held lease it replaced or collected after
+ * its expiry, a renewal after expiry (nobody took it over). */
+static unsigned flags_of(const struct engine_change *c, int64_t now_ns)
 {
     bool was_held = c->has_before && c->before.owner_len > 0;
-    if (c->kind == ENGINE_DELETE) {
-        if (was_held)
-            atomic_fetch_add(&metrics.expiries, 1);
-        return;
-    }
-    if (!c->has_before || c->after.token != c->before.token) {
-        atomic_fetch_add(&metrics.takeovers, 1);
-        if (was_held)
-            atomic_fetch_add(&metrics.expiries, 1);
-    } else if (was_held && c->before.expiry_ns <= now_ns) {
-        atomic_fetch_add(&metrics.reclaims, 1);
+    if (c->kind == ENGINE_DELETE)
+        return was_held ? RULES_EXPIRED : 0;
+    if (!c->has_before || c->after.token != c->before.token)
+        return RULES_TAKEOVER | (was_held ? RULES_EXPIRED : 0);
+    if (was_held && c->after.owner_len > 0 && c->before.expiry_ns <= now_ns)
+        return RULES_RECLAIM;
+    return 0;
+}
+
+/* The rule's code for what the engine answered a lease call. */
+static int code_of(enum request_op op, int rc)
+{
+    switch (rc) {
+    case ENGINE_OK:
+        return RULES_OK;
+    case ENGINE_NOOP:
+        return RULES_NOOP;
+    default:
+        assert(rc == ENGINE_HELD);
+        return op == OP_ACQUIRE ? RULES_HELD : RULES_LOST;
     }
 }
 
-/* An operator's Revoke: into chg, as engine_revoke(), with the lease it
- * ends in req->admin for the answer and the audit, and the holder's
- * token in req->reason when it is another than the one asked for. */
-static int decide_revoke(struct server *s, struct request *req,
+/* Asks the engine for req's decision at now_ns, into chg. */
+static int engine_decide(struct embedded *s, int64_t now_ns,
+                         struct request *req, struct engine_grant *grant,
                          struct engine_change *chg)
 {
-    struct lease_row row;
-    bool held = engine_get(s->engine, req->session, req->session_len, &row);
-    int rc = engine_revoke(s->engine, req->session, req->session_len,
-                           req->token, chg);
-    if (rc == ENGINE_HELD)
-        snprintf(req->reason, sizeof(req->reason),
-                 "the lease's token is %llu, not %llu",
-                 (unsigned long long)row.token,
-                 (unsigned long long)req->token);
-    if (rc != ENGINE_OK)
-        return rc;
-    assert(held);
-    (void)held;
-    req->admin = admin_result_new(1);
-    if (req->admin == NULL || admin_result_add(req->admin, &chg->before,
-                                               false) != 0) {
-        engine_finish(s->engine, chg, false);
-        return ENGINE_ENOMEM;
-    }
-    return ENGINE_OK;
-}
-
-/* Decides req at now_ns into chg: &s->chgs[s->nchgs] in a batch, or a
- * change of the caller's on the short path (which decides only what
- * keeps owner and token: see server_submit). Returns true when the answer
- * depends on the batch's commit: a change of its session is in the batch.
- * Otherwise it may go out at once, or once an earlier commit is synced
- * (req->needs_sync). A change that keeps owner and token (a renewal, a
- * re-acquire by the owner) of a session with no change in the batch is
- * soft: finished at once, never written (see the top of this file). */
-static bool decide(struct server *s, int64_t now_ns, struct request *req,
-                   struct engine_change *chg)
-{
-    struct engine_grant grant = {0, 0};
-    int rc;
-    req->reason[0] = '\0';
     switch (req->op) {
     case OP_ACQUIRE:
-        rc = engine_acquire(s->engine, now_ns, req->session, req->session_len,
-                            req->owner, req->owner_len, &grant, chg);
-        break;
+        return engine_acquire(s->engine, now_ns, req->session,
+                              req->session_len, req->owner, req->owner_len,
+                              grant, chg);
     case OP_RENEW:
-        rc = engine_renew(s->engine, now_ns, req->session, req->session_len,
-                          req->owner, req->owner_len, req->token, &grant,
-                          chg);
-        break;
+        return engine_renew(s->engine, now_ns, req->session,
+                            req->session_len, req->owner, req->owner_len,
+                            req->token, grant, chg);
     case OP_RELEASE: {
         const char *owner = req->owner;
         size_t owner_len = req->owner_len;
@@ -252,141 +214,118 @@ static bool decide(struct server *s, int64_t now_ns, struct request *req,
             owner_len = row.owner_len;
             token = row.token;
         }
-        rc = engine_release(s->engine, req->session, req->session_len, owner,
-                            owner_len, token, chg);
-        break;
+        return engine_release(s->engine, req->session, req->session_len,
+                              owner, owner_len, token, chg);
     }
     case OP_REVOKE:
-        rc = decide_revoke(s, req, chg);
-        break;
+        return engine_revoke(s->engine, req->session, req->session_len,
+                             req->token, chg);
     default:
-        abort(); /* only lease calls are decided */
+        abort(); /* only lease calls and Revoke are decided */
     }
-    req->change = CHANGE_NONE;
+}
+
+/* Decides req at now_ns into chg: &s->chgs[s->nchgs] in a batch, or a
+ * change of the caller's on the short path (which decides only what
+ * keeps owner and token: see embedded_submit). Returns true when the
+ * answer depends on the batch's commit: a change of its session is in
+ * the batch. Otherwise it may go out at once, or once an earlier commit
+ * is synced (req->needs_sync). A change that keeps owner and token (a
+ * renewal, a re-acquire by the owner) of a session with no change in the
+ * batch is soft: finished at once, never written (see the top of this
+ * file). */
+static bool decide(struct embedded *s, int64_t now_ns, struct request *req,
+                   struct engine_change *chg)
+{
+    struct engine_grant grant = {0, 0};
+    struct lease_row before;
+    bool had = false;
+    if (req->op == OP_REVOKE) {
+        if (mode_admin_start(req) != 0)
+            return false;
+        had = engine_get(s->engine, req->session, req->session_len,
+                         &before) && before.owner_len > 0;
+    }
+    int rc = engine_decide(s, now_ns, req, &grant, chg);
+    if (rc == ENGINE_ENOMEM) {
+        mode_refuse(req, "out of memory");
+        return false;
+    }
     if (rc == ENGINE_OK && chg->durable) /* the batch's commit: the next */
         engine_stamp(s->engine, chg, s->committed_seq + 1);
     /* Whatever the answer, it was decided from the session's last change
      * of owner (this one, or an earlier one): not before that is synced. */
     uint64_t dep = engine_stamp_of(s->engine, req->session, req->session_len);
     bool in_batch = dep > s->committed_seq;
-    switch (rc) {
-    case ENGINE_OK:
-        if (req->op == OP_RELEASE)
-            req->change = CHANGE_RELEASE;
-        else if (req->op == OP_REVOKE)
-            req->change = CHANGE_REVOKE;
-        else if (!chg->has_before || chg->after.token != chg->before.token)
-            req->change = CHANGE_TAKEOVER;
-        if (in_batch) {
-            assert(chg == &s->chgs[s->nchgs]);
-            s->nchgs++;
-            s->durable = s->durable || chg->durable;
-        } else {
-            count_change(chg, now_ns);
-            engine_finish(s->engine, chg, true);
-        }
-        req->status = REPLY_OK;
-        req->grant_token = grant.token;
-        req->grant_expiry_ns = grant.expiry_ns;
-        req->grant_ttl_ns = s->ttl_ns;
-        break;
-    case ENGINE_NOOP:
-        req->status = req->op == OP_REVOKE ? REPLY_NOT_FOUND : REPLY_OK;
-        if (req->op == OP_REVOKE)
-            snprintf(req->reason, sizeof(req->reason), "no lease");
-        break;
-    case ENGINE_HELD:
-        req->status = REPLY_HELD;
-        if (req->op == OP_REVOKE)
-            break; /* decide_revoke() said why */
-        snprintf(req->reason, sizeof(req->reason), "%s",
-                 rules_reason(req->op == OP_ACQUIRE ? RULES_HELD
-                                                    : RULES_LOST));
-        break;
-    default:
-        req->status = REPLY_UNAVAILABLE;
-        snprintf(req->reason, sizeof(req->reason), "out of memory");
-        req->needs_sync = false;
-        return false;
+    if (req->op == OP_REVOKE)
+        mode_admin_revoked(req, rc == ENGINE_OK ? &chg->before
+                                : had           ? &before
+                                                : NULL,
+                           rc == ENGINE_OK);
+    else
+        mode_decided(&s->base, req, code_of(req->op, rc), grant.token,
+                     grant.expiry_ns, rc == ENGINE_OK ? flags_of(chg, now_ns)
+                                                      : 0);
+    if (rc == ENGINE_OK && in_batch) {
+        assert(chg == &s->chgs[s->nchgs]);
+        s->nchgs++;
+        s->durable = s->durable || chg->durable;
+    } else if (rc == ENGINE_OK) {
+        mode_count(flags_of(chg, now_ns));
+        engine_finish(s->engine, chg, true);
     }
     req->needs_sync = dep > s->synced_seq &&
                       !FAULT_BROKEN("reply_before_sync"); /* a control */
     return in_batch;
 }
 
-static void answer_all(struct server *s, struct request *list)
-{
-    while (list != NULL) {
-        struct request *next = list->next;
-        s->reply(s->reply_arg, list);
-        list = next;
-    }
-}
-
-/* Storage started or stopped failing: tell the owner (health). */
-static void set_failing(struct server *s, bool failing)
-{
-    if (s->storage_failing == failing)
-        return;
-    s->storage_failing = failing;
-    atomic_store(&metrics.storage_failing, failing);
-    if (s->storage != NULL)
-        s->storage(s->reply_arg, !failing);
-}
-
 /* A commit ended: ok or not, and whether it changed an owner (the kind
  * of write that must work again before storage counts as recovered). */
-static void commit_outcome(struct server *s, bool ok, bool durable)
+static void commit_outcome(struct embedded *s, bool ok, bool durable)
 {
     if (!ok) {
         /* Every kind that failed since storage last worked must work. */
-        s->failing_durable = durable || (s->storage_failing &&
+        s->failing_durable = durable || (s->base.storage_failing &&
                                          s->failing_durable);
-        set_failing(s, true);
+        mode_set_failing(&s->base, true);
         return;
     }
-    if (!s->storage_failing || (s->failing_durable && !durable))
+    if (!s->base.storage_failing || (s->failing_durable && !durable))
         return;
     uint64_t held;
     if (log_limit_pass(&s->recovered_log, clock_mono_ns(), &held))
         log_info("storage_recovered", "not_logged=%llu",
                  (unsigned long long)held);
-    set_failing(s, false);
+    mode_set_failing(&s->base, false);
 }
 
 /* Answers the requests of list (linked by ->next) that need no sync, and
  * queues the others, in order, for a sync covering commit seq. */
-static void answer_or_wait(struct server *s, struct request *list,
+static void answer_or_wait(struct embedded *s, struct request *list,
                            uint64_t seq)
 {
-    struct request *now = NULL, **now_tail = &now;
+    struct mode_queue now = {NULL, NULL};
     for (struct request *r = list, *next; r != NULL; r = next) {
         next = r->next;
-        r->next = NULL;
         if (r->needs_sync) {
             r->commit_seq = seq;
-            if (s->waiting_tail != NULL)
-                s->waiting_tail->next = r;
-            else
-                s->waiting = r;
-            s->waiting_tail = r;
+            mode_push(&s->waiting, r);
         } else {
-            *now_tail = r;
-            now_tail = &r->next;
+            mode_push(&now, r);
         }
     }
-    answer_all(s, now);
+    mode_answer_list(&s->base, now.head);
 }
 
 static void run_commit(uv_work_t *w)
 {
-    struct server *s = w->data;
+    struct embedded *s = w->data;
     int64_t t0 = clock_mono_ns();
     /* A probe, or the TTL written down, is a batch of its own, with no
      * change and no request. */
     if (s->writing_ttl)
         s->commit_err = store_set_meta(s->store, "quarantine_ttl_ns",
-                                       s->ttl_ns);
+                                       s->base.ttl_ns);
     else if (s->probing)
         s->commit_err = store_set_meta(s->store, "storage_checked_ns",
                                        s->batch_now_ns);
@@ -400,13 +339,13 @@ static void run_commit(uv_work_t *w)
                  store_errmsg(s->store));
 }
 
-static void process(struct server *s);
-static void maybe_finish_close(struct server *s);
+static void process(struct embedded *s);
+static void maybe_finish_close(struct embedded *s);
 static void sync_done(uv_work_t *w, int status);
 
 static void run_sync(uv_work_t *w)
 {
-    struct server *s = w->data;
+    struct embedded *s = w->data;
     FAULT_POINT("before_sync");
     int64_t t0 = clock_mono_ns();
     s->sync_errno = store_sync(s->store) == STORE_OK ? 0 : errno;
@@ -418,26 +357,26 @@ static void run_sync(uv_work_t *w)
 
 /* Starts a sync for everything committed so far, if something waits for
  * one and none is in flight. */
-static void maybe_sync(struct server *s)
+static void maybe_sync(struct embedded *s)
 {
-    if (s->syncing || s->waiting == NULL)
+    if (s->syncing || s->waiting.head == NULL)
         return;
     s->syncing = true;
     s->sync_covers = s->committed_seq;
-    uv_queue_work(s->loop, &s->sync_work, run_sync, sync_done);
+    uv_queue_work(s->base.loop, &s->sync_work, run_sync, sync_done);
 }
 
 /* A sync failed: stop answering, and let the owner end the process (see
  * the top of this file). */
-static void sync_failed(struct server *s, const char *why)
+static void sync_failed(struct embedded *s, const char *why)
 {
-    set_failing(s, true);
-    s->fatal(s->reply_arg, why);
+    mode_set_failing(&s->base, true);
+    s->base.hooks.fatal(s->base.hooks.arg, why);
 }
 
 static void sync_done(uv_work_t *w, int status)
 {
-    struct server *s = w->data;
+    struct embedded *s = w->data;
     s->syncing = false;
     if (status != 0 || s->sync_errno != 0) {
         sync_failed(s, status != 0 ? "the sync was cancelled"
@@ -448,26 +387,20 @@ static void sync_done(uv_work_t *w, int status)
     metrics_observe(&metrics.fsync_seconds, (double)s->sync_ns / 1e9);
     s->synced_seq = s->sync_covers;
     /* Answer, in commit order, everything this sync covered. */
-    struct request *done = NULL, **tail = &done;
-    while (s->waiting != NULL && s->waiting->commit_seq <= s->sync_covers) {
-        struct request *r = s->waiting;
-        s->waiting = r->next;
-        r->next = NULL;
-        *tail = r;
-        tail = &r->next;
-    }
-    if (s->waiting == NULL)
-        s->waiting_tail = NULL;
-    answer_all(s, done);
+    struct mode_queue done = {NULL, NULL};
+    while (s->waiting.head != NULL &&
+           s->waiting.head->commit_seq <= s->sync_covers)
+        mode_push(&done, mode_pop(&s->waiting));
+    mode_answer_list(&s->base, done.head);
     maybe_sync(s);
-    if (s->closing)
+    if (s->base.closing)
         maybe_finish_close(s);
 }
 
 /* The TTL write ended (see lower_quarantine_ttl): as a failed sync if
  * its sync failed; otherwise, failed, it is tried again at the next
  * tick, and health is not its business. */
-static void ttl_written(struct server *s, int err)
+static void ttl_written(struct embedded *s, int err)
 {
     s->writing_ttl = false;
     if (err == STORE_ESYNC) {
@@ -478,8 +411,8 @@ static void ttl_written(struct server *s, int err)
     if (err != STORE_OK)
         log_warn("store_failed", "error=\"%s\"", s->commit_errmsg);
     else
-        s->quarantine_ttl_ns = s->ttl_ns;
-    if (s->closing)
+        s->quarantine_ttl_ns = s->base.ttl_ns;
+    if (s->base.closing)
         maybe_finish_close(s);
     else
         process(s);
@@ -487,7 +420,7 @@ static void ttl_written(struct server *s, int err)
 
 static void commit_done(uv_work_t *w, int status)
 {
-    struct server *s = w->data;
+    struct embedded *s = w->data;
     if (s->writing_ttl) {
         if (status != 0)
             snprintf(s->commit_errmsg, sizeof(s->commit_errmsg),
@@ -505,7 +438,7 @@ static void commit_done(uv_work_t *w, int status)
         metrics_observe(&metrics.batch_changes, (double)s->nchgs);
         metrics_observe(&metrics.commit_seconds, (double)s->commit_ns / 1e9);
         for (size_t i = 0; i < s->nchgs; i++) {
-            count_change(&s->chgs[i], s->batch_now_ns);
+            mode_count(flags_of(&s->chgs[i], s->batch_now_ns));
             engine_finish(s->engine, &s->chgs[i], true);
         }
         FAULT_POINT("after_commit"); /* committed, nothing answered yet */
@@ -517,11 +450,8 @@ static void commit_done(uv_work_t *w, int status)
             log_warn("commit_failed",
                      "changes=%zu error=\"%s\" not_logged=%llu", s->nchgs,
                      s->commit_errmsg, (unsigned long long)held);
-        for (struct request *r = s->batch; r != NULL; r = r->next) {
-            r->status = REPLY_UNAVAILABLE;
-            r->needs_sync = false;
-            snprintf(r->reason, sizeof(r->reason), "storage unavailable");
-        }
+        for (struct request *r = s->batch; r != NULL; r = r->next)
+            mode_refuse(r, "storage unavailable");
     }
     if (s->commit_err == STORE_ESYNC) { /* the probe's sync */
         sync_failed(s, s->commit_errmsg);
@@ -536,7 +466,7 @@ static void commit_done(uv_work_t *w, int status)
     s->batch = NULL;
     answer_or_wait(s, batch, seq);
     maybe_sync(s);
-    if (s->closing)
+    if (s->base.closing)
         maybe_finish_close(s);
     else
         process(s);
@@ -548,47 +478,40 @@ static void commit_done(uv_work_t *w, int status)
  * (update_gauges) is up to a tick old, and longer on a big table. The
  * count refreshes the gauge too. O(entries) on the loop: Stats is an
  * admin call, not a hot path. */
-static uint64_t count_live(struct server *s, int64_t now_ns)
+static uint64_t count_live(struct embedded *s, int64_t now_ns)
 {
     size_t live = engine_count_live(s->engine, now_ns);
     atomic_store(&metrics.leases_live, (int64_t)live);
     return live;
 }
 
-static void answer_admin(struct server *s, struct request *r, int64_t now_ns)
+/* The counts of the leases at now_ns (the live ones counted now when
+ * count_live: see count_live()). */
+static struct mode_counts counts(struct embedded *s, int64_t now_ns,
+                                 bool count_now)
 {
-    r->status = REPLY_OK;
-    r->reason[0] = '\0';
-    r->admin = admin_result_new(r->op == OP_GET ? 1 : 0);
-    if (r->admin == NULL) {
-        r->status = REPLY_UNAVAILABLE;
-        snprintf(r->reason, sizeof(r->reason), "out of memory");
-    } else if (r->op == OP_GET) {
-        struct lease_row row;
-        if (!engine_get(s->engine, r->session, r->session_len, &row) ||
-            row.owner_len == 0) {
-            r->status = REPLY_NOT_FOUND;
-            snprintf(r->reason, sizeof(r->reason), "no lease");
-        } else if (admin_result_add(r->admin, &row,
-                              engine_live(s->engine, r->session,
-                                          r->session_len, now_ns)) != 0) {
-            r->status = REPLY_UNAVAILABLE;
-            snprintf(r->reason, sizeof(r->reason), "out of memory");
-        }
-    } else {
-        struct admin_stats *st = &r->admin->stats;
-        st->live_leases = count_live(s, now_ns);
-        st->lease_entries = engine_count(s->engine);
-        st->takeovers = atomic_load(&metrics.takeovers);
-        st->expiries = atomic_load(&metrics.expiries);
-        st->reclaims = atomic_load(&metrics.reclaims);
-        st->token_high_water_mark = engine_high_water(s->engine);
-        st->uptime_s = (clock_mono_ns() - s->start_mono_ns) / 1000000000;
-        int64_t q = engine_quarantine_end(s->engine) - now_ns;
-        st->quarantine_remaining_ms = q > 0 ? q / 1000000 : 0;
-        st->storage_failing = s->storage_failing;
+    return (struct mode_counts){
+        .live = count_now ? count_live(s, now_ns) : 0,
+        .entries = engine_count(s->engine),
+        .high_water = engine_high_water(s->engine),
+        .quarantine_remaining_ns = engine_quarantine_end(s->engine) - now_ns,
+    };
+}
+
+/* Get and Stats, from the engine. */
+static void answer_admin(struct embedded *s, struct request *r, int64_t now_ns)
+{
+    struct lease_row row;
+    if (mode_admin_start(r) == 0 && r->op == OP_GET) {
+        bool found = engine_get(s->engine, r->session, r->session_len, &row);
+        mode_admin_get(r, found ? &row : NULL,
+                       engine_live(s->engine, r->session, r->session_len,
+                                   now_ns));
+    } else if (r->status == REPLY_OK) {
+        struct mode_counts c = counts(s, now_ns, true);
+        mode_admin_stats(&s->base, r, &c);
     }
-    s->reply(s->reply_arg, r);
+    mode_answer(&s->base, r);
 }
 
 /* A listed row, as committed; list_done() sets its expiry and liveness. */
@@ -602,7 +525,7 @@ static int list_row(void *arg, const struct lease_row *row)
  * row's stored expiry may be old: a row whose owner and token the engine
  * still has gets the engine's expiry and liveness now; any other row was
  * replaced since (or is being), and is no longer live. */
-static void list_refresh(const struct server *s, struct admin_result *a)
+static void list_refresh(const struct embedded *s, struct admin_result *a)
 {
     int64_t now_ns = clock_now_ns(&s->clock);
     for (size_t i = 0; i < a->n; i++) {
@@ -621,8 +544,8 @@ static void list_refresh(const struct server *s, struct admin_result *a)
 
 static void run_list(uv_work_t *w)
 {
-    struct server *s = w->data;
-    struct request *r = s->lists;
+    struct embedded *s = w->data;
+    struct request *r = s->lists.head;
     if (r->op == OP_SNAPSHOT) {
         r->admin->snapshot_free = store_snapshot_free;
         s->list_err = store_snapshot(s->store, &r->admin->snapshot,
@@ -634,99 +557,67 @@ static void run_list(uv_work_t *w)
     s->list_err = err == 1 ? STORE_OK : err;
 }
 
-static void maybe_list(struct server *s);
+static void maybe_list(struct embedded *s);
 
 static void list_done(uv_work_t *w, int status)
 {
-    struct server *s = w->data;
-    struct request *r = s->lists;
-    s->lists = r->next;
-    if (s->lists == NULL)
-        s->lists_tail = NULL;
-    r->next = NULL;
+    struct embedded *s = w->data;
+    struct request *r = mode_pop(&s->lists);
     s->listing = false;
     if (status != 0 || s->list_err != STORE_OK) {
         log_warn(r->op == OP_SNAPSHOT ? "snapshot_failed" : "list_failed",
                  "error=\"%s\"", store_list_errmsg(s->store));
-        r->status = REPLY_UNAVAILABLE;
-        snprintf(r->reason, sizeof(r->reason), "storage unavailable");
+        mode_refuse(r, "storage unavailable");
     } else {
         list_refresh(s, r->admin);
     }
-    s->reply(s->reply_arg, r);
+    mode_answer(&s->base, r);
     maybe_list(s);
-    if (s->closing)
+    if (s->base.closing)
         maybe_finish_close(s);
 }
 
-/* Starts listing for the first List waiting, if none is running. */
-static void maybe_list(struct server *s)
+/* Starts listing for the first List or Snapshot waiting, if none is
+ * running. */
+static void maybe_list(struct embedded *s)
 {
-    if (s->listing || s->lists == NULL)
-        return;
-    struct request *r = s->lists;
-    r->status = REPLY_OK;
-    r->reason[0] = '\0';
-    r->admin = admin_result_new(r->page_size);
-    if (r->admin == NULL) {
-        s->lists = r->next;
-        if (s->lists == NULL)
-            s->lists_tail = NULL;
-        r->status = REPLY_UNAVAILABLE;
-        snprintf(r->reason, sizeof(r->reason), "out of memory");
-        s->reply(s->reply_arg, r);
-        maybe_list(s);
-        return;
+    while (!s->listing && s->lists.head != NULL) {
+        if (mode_admin_start(s->lists.head) != 0) {
+            mode_answer(&s->base, mode_pop(&s->lists));
+            continue;
+        }
+        s->listing = true;
+        uv_queue_work(s->base.loop, &s->list_work, run_list, list_done);
     }
-    s->listing = true;
-    uv_queue_work(s->loop, &s->list_work, run_list, list_done);
-}
-
-/* The index of req's session's counter in s->queued. */
-static uint32_t queued_slot(const struct server *s, const struct request *req)
-{
-    uint64_t h = engine_hash(s->engine, req->session, req->session_len);
-    return (uint32_t)(h % QUEUED_SLOTS);
 }
 
 /* Takes the admin reads out of pending and answers them: Get and Stats
  * at once, from the engine (between batches it holds no tentative
- * change), List and Snapshot in turn on a worker. A Revoke stays, decided in its
- * turn as a Release is. */
-static void take_admin(struct server *s)
+ * change), List and Snapshot in turn on a worker. A Revoke stays,
+ * decided in its turn as a Release is. */
+static void take_admin(struct embedded *s)
 {
     int64_t now_ns = clock_now_ns(&s->clock);
-    struct request **p = &s->pending;
-    s->pending_tail = NULL;
-    while (*p != NULL) {
-        struct request *r = *p;
-        if (!request_is_read(r->op)) {
-            s->pending_tail = r;
-            p = &r->next;
-            continue;
-        }
-        *p = r->next;
-        r->next = NULL;
-        if (r->op != OP_LIST && r->op != OP_SNAPSHOT) {
-            answer_admin(s, r, now_ns);
-            continue;
-        }
-        if (s->lists_tail != NULL)
-            s->lists_tail->next = r;
+    struct mode_queue calls = s->pending;
+    s->pending = (struct mode_queue){NULL, NULL};
+    for (struct request *r; (r = mode_pop(&calls)) != NULL;) {
+        if (!request_is_read(r->op))
+            mode_push(&s->pending, r);
+        else if (r->op == OP_LIST || r->op == OP_SNAPSHOT)
+            mode_push(&s->lists, r);
         else
-            s->lists = r;
-        s->lists_tail = r;
+            answer_admin(s, r, now_ns);
     }
     maybe_list(s);
 }
 
 /* Decides everything pending, batch by batch, until a commit is in
  * flight or nothing is left. */
-static void process(struct server *s)
+static void process(struct embedded *s)
 {
     if (!s->committing)
         take_admin(s);
-    while (!s->committing && (s->pending != NULL || s->gc_due ||
+    while (!s->committing && (s->pending.head != NULL || s->gc_due ||
                               s->probe_due || s->ttl_due)) {
         int64_t now_ns = clock_now_ns(&s->clock);
         s->nchgs = 0;
@@ -740,7 +631,8 @@ static void process(struct server *s)
             else
                 s->ttl_due = false;
             s->committing = true;
-            uv_queue_work(s->loop, &s->commit_work, run_commit, commit_done);
+            uv_queue_work(s->base.loop, &s->commit_work, run_commit,
+                          commit_done);
             break;
         }
         if (s->gc_due) { /* first in the batch: see engine.h */
@@ -751,33 +643,29 @@ static void process(struct server *s)
         }
         /* What depends on this commit waits for it; the rest goes out
          * now, or after the sync of an earlier commit. */
-        struct request *batch = NULL, **tail = &batch;
-        struct request *now = NULL, **now_tail = &now;
-        for (size_t n = 0; s->pending != NULL && n < MAX_BATCH; n++) {
-            struct request *r = s->pending;
-            s->pending = r->next;
-            r->next = NULL;
-            assert(s->queued[r->order_slot] > 0);
-            s->queued[r->order_slot]--;
-            if (decide(s, now_ns, r, &s->chgs[s->nchgs])) {
-                *tail = r;
-                tail = &r->next;
-            } else {
-                *now_tail = r;
-                now_tail = &r->next;
-            }
+        struct mode_queue batch = {NULL, NULL}, now = {NULL, NULL};
+        for (size_t n = 0; s->pending.head != NULL && n < MAX_BATCH; n++) {
+            struct request *r = mode_pop(&s->pending);
+            assert(s->base.order[r->order_slot] > 0);
+            s->base.order[r->order_slot]--;
+            mode_push(decide(s, now_ns, r, &s->chgs[s->nchgs]) ? &batch
+                                                                : &now,
+                      r);
         }
-        if (s->pending == NULL)
-            s->pending_tail = NULL;
         if (s->nchgs > 0) {
-            s->batch = batch;
+            s->batch = batch.head;
             s->committing = true;
-            uv_queue_work(s->loop, &s->commit_work, run_commit, commit_done);
+            uv_queue_work(s->base.loop, &s->commit_work, run_commit,
+                          commit_done);
         }
-        assert(s->nchgs > 0 || batch == NULL);
-        answer_or_wait(s, now, s->committed_seq);
+        assert(s->nchgs > 0 || batch.head == NULL);
+        answer_or_wait(s, now.head, s->committed_seq);
         maybe_sync(s);
     }
+#ifndef NDEBUG
+    if (!s->committing)
+        engine_check(s->engine); /* no tentative change between batches */
+#endif
 }
 
 /* The short path: a renewal of a session with no change in flight and
@@ -785,13 +673,15 @@ static void process(struct server *s)
  * It keeps owner and token, so it is soft (never written) and touches no
  * entry the commit worker reads. Returns false if req must wait for a
  * batch. */
-static bool renew_at_once(struct server *s, int64_t now_ns,
+static bool renew_at_once(struct embedded *s, int64_t now_ns,
                           struct request *req)
 {
     if (req->op != OP_RENEW ||
         engine_stamp_of(s->engine, req->session, req->session_len) >
-            s->committed_seq ||
-        (s->pending != NULL && s->queued[queued_slot(s, req)] > 0))
+            s->committed_seq)
+        return false;
+    mode_order_slot(&s->base, req);
+    if (s->pending.head != NULL && s->base.order[req->order_slot] > 0)
         return false;
     struct engine_change chg;
     bool in_batch = decide(s, now_ns, req, &chg);
@@ -800,30 +690,24 @@ static bool renew_at_once(struct server *s, int64_t now_ns,
     return true;
 }
 
-void server_submit(struct server *s, struct request *list)
+static void embedded_submit(struct mode *m, struct request *list)
 {
-    assert(!s->closing);
+    struct embedded *s = (struct embedded *)m;
     int64_t now_ns = clock_now_ns(&s->clock);
-    struct request *now = NULL, **now_tail = &now;
+    struct mode_queue now = {NULL, NULL};
     for (struct request *r = list, *next; r != NULL; r = next) {
         next = r->next;
-        r->next = NULL;
         if (renew_at_once(s, now_ns, r)) {
-            *now_tail = r;
-            now_tail = &r->next;
+            mode_push(&now, r);
             continue;
         }
         if (!request_is_read(r->op)) {
-            r->order_slot = queued_slot(s, r);
-            s->queued[r->order_slot]++;
+            mode_order_slot(&s->base, r);
+            s->base.order[r->order_slot]++;
         }
-        if (s->pending_tail != NULL)
-            s->pending_tail->next = r;
-        else
-            s->pending = r;
-        s->pending_tail = r;
+        mode_push(&s->pending, r);
     }
-    answer_or_wait(s, now, s->committed_seq);
+    answer_or_wait(s, now.head, s->committed_seq);
     maybe_sync(s);
     process(s);
 }
@@ -832,22 +716,21 @@ void server_submit(struct server *s, struct request *list)
  * the restart have all expired: from now on the current TTL is the one
  * a future restart must wait for. Writing it down is a commit and a
  * sync, so the commit worker does it in turn (process(), ttl_written()). */
-static void lower_quarantine_ttl(struct server *s, int64_t now_ns)
+static void lower_quarantine_ttl(struct embedded *s, int64_t now_ns)
 {
-    if (s->quarantine_ttl_ns != s->ttl_ns && !s->writing_ttl &&
+    if (s->quarantine_ttl_ns != s->base.ttl_ns && !s->writing_ttl &&
         now_ns >= engine_quarantine_end(s->engine))
         s->ttl_due = true;
 }
 
 /* The gauges that change with time alone, and a look at the wall clock. */
-static void update_gauges(struct server *s, int64_t now_ns)
+static void update_gauges(struct embedded *s, int64_t now_ns)
 {
-    int64_t q = engine_quarantine_end(s->engine) - now_ns;
-    atomic_store(&metrics.quarantine_remaining_ms, q > 0 ? q / 1000000 : 0);
-    atomic_store(&metrics.lease_entries, (int64_t)engine_count(s->engine));
-    size_t live;
-    if (engine_census(s->engine, now_ns, CENSUS_BUCKETS, &live))
-        atomic_store(&metrics.leases_live, (int64_t)live);
+    size_t live = 0;
+    bool known = engine_census(s->engine, now_ns, CENSUS_BUCKETS, &live);
+    struct mode_counts c = counts(s, now_ns, false);
+    c.live = live;
+    mode_set_gauges(&c, known);
     int64_t step = clock_step_ns(&s->clock);
     if (step > CLOCK_STEP_NS || step < -CLOCK_STEP_NS) {
         atomic_fetch_add(&metrics.clock_steps, 1);
@@ -855,46 +738,66 @@ static void update_gauges(struct server *s, int64_t now_ns)
     }
 }
 
-static void on_gc_timer(uv_timer_t *t)
+static void on_tick(struct mode *m)
 {
-    struct server *s = t->data;
+    struct embedded *s = (struct embedded *)m;
     int64_t now_ns = clock_now_ns(&s->clock);
     update_gauges(s, now_ns);
     lower_quarantine_ttl(s, now_ns);
     s->gc_due = true;
-    s->probe_due = s->storage_failing && s->failing_durable;
+    s->probe_due = s->base.storage_failing && s->failing_durable;
     process(s);
 }
 
-struct server *server_create(uv_loop_t *loop, struct store *store,
-                             int64_t ttl_ns, char *errmsg, size_t errmsg_len)
+static void embedded_destroy(struct mode *m)
 {
-    struct server *s = calloc(1, sizeof(*s));
+    struct embedded *s = (struct embedded *)m;
     if (s == NULL)
-        goto nomem;
-    s->loop = loop;
-    s->store = store;
-    s->commit_work.data = s;
-    s->sync_work.data = s;
-    s->list_work.data = s;
-    s->start_mono_ns = clock_mono_ns();
-    clock_init(&s->clock);
-    s->chgs = calloc(MAX_BATCH + GC_MAX, sizeof(*s->chgs));
-    if (s->chgs == NULL)
-        goto nomem;
+        return;
+    store_close(s->store);
+    engine_destroy(s->engine);
+    free(s->chgs);
+    if (s->lock_fd >= 0)
+        close(s->lock_fd);
+    free(s);
+}
+
+/* Closes once nothing is in flight. */
+static void maybe_finish_close(struct embedded *s)
+{
+    if (s->committing || s->syncing || s->waiting.head != NULL ||
+        s->listing)
+        return;
+    assert(s->pending.head == NULL);
+    mode_closed(&s->base);
+}
+
+static void embedded_close(struct mode *m)
+{
+    struct embedded *s = (struct embedded *)m;
+    uv_timer_stop(&s->base.timer);
+    s->gc_due = s->probe_due = s->ttl_due = false;
+    maybe_finish_close(s);
+}
+
+/* The quarantine a restart keeps (see the top of this file), the stored
+ * leases into the engine, and the gauges. Returns 0, or -1 with errmsg
+ * set. */
+static int load(struct embedded *s, char *errmsg, size_t len)
+{
     /* Leases promised before the restart may live up to the TTL they were
      * granted with: quarantine for the longer of that and this TTL. */
-    s->ttl_ns = ttl_ns;
-    int err = store_get_meta(store, "quarantine_ttl_ns",
+    int64_t ttl_ns = s->base.ttl_ns;
+    int err = store_get_meta(s->store, "quarantine_ttl_ns",
                              &s->quarantine_ttl_ns);
     if (err == STORE_OK && s->quarantine_ttl_ns < ttl_ns)
         s->quarantine_ttl_ns = ttl_ns;
     if (err == STORE_OK)
-        err = store_set_meta(store, "quarantine_ttl_ns", s->quarantine_ttl_ns);
+        err = store_set_meta(s->store, "quarantine_ttl_ns",
+                             s->quarantine_ttl_ns);
     if (err != STORE_OK) {
-        snprintf(errmsg, errmsg_len, "storing the TTL: %s",
-                 store_errmsg(store));
-        goto fail;
+        snprintf(errmsg, len, "storing the TTL: %s", store_errmsg(s->store));
+        return -1;
     }
     /* Every expiry promised before the restart ends before the quarantine
      * does; one stored later than that is an artefact of a wall clock set
@@ -905,12 +808,13 @@ struct server *server_create(uv_loop_t *loop, struct store *store,
     size_t capped = 0;
     /* A negative control of the fault campaign: no quarantine at all. */
     bool quarantine = !FAULT_BROKEN("no_quarantine");
-    err = quarantine ? store_cap_expiries(store, quarantine_end_ns, &capped)
-                     : STORE_OK;
+    err = quarantine
+              ? store_cap_expiries(s->store, quarantine_end_ns, &capped)
+              : STORE_OK;
     if (err != STORE_OK) {
-        snprintf(errmsg, errmsg_len, "capping expiries: %s",
-                 store_errmsg(store));
-        goto fail;
+        snprintf(errmsg, len, "capping expiries: %s",
+                 store_errmsg(s->store));
+        return -1;
     }
     if (capped > 0)
         log_warn("expiries_capped", "leases=%zu reason=\"stored expiries "
@@ -920,78 +824,115 @@ struct server *server_create(uv_loop_t *loop, struct store *store,
     siphash_random_key(&key);
     s->engine = engine_create(ttl_ns,
                               quarantine ? start_ns : start_ns - ttl_ns, &key);
-    if (s->engine == NULL)
-        goto nomem;
+    if (s->engine == NULL) {
+        snprintf(errmsg, len, "out of memory");
+        return -1;
+    }
     if (quarantine)
         engine_extend_quarantine(s->engine, quarantine_end_ns);
     uint64_t floor = 0;
-    err = store_load(store, load_row, s->engine, &floor);
+    err = store_load(s->store, load_row, s->engine, &floor);
     if (err != STORE_OK) {
-        snprintf(errmsg, errmsg_len, "loading leases: %s",
-                 err == STORE_ENOMEM ? "out of memory" : store_errmsg(store));
-        goto fail;
+        snprintf(errmsg, len, "loading leases: %s",
+                 err == STORE_ENOMEM ? "out of memory"
+                                     : store_errmsg(s->store));
+        return -1;
     }
     engine_raise_floor(s->engine, floor);
     log_info("loaded", "leases=%zu token_floor=%llu quarantine_ms=%lld",
              engine_count(s->engine), (unsigned long long)floor,
              (long long)(s->quarantine_ttl_ns / 1000000));
     update_gauges(s, start_ns);
-    uv_timer_init(loop, &s->gc_timer);
-    s->gc_timer.data = s;
-    uv_timer_start(&s->gc_timer, on_gc_timer, GC_INTERVAL_MS, GC_INTERVAL_MS);
-    return s;
-nomem:
-    snprintf(errmsg, errmsg_len, "out of memory");
-fail:
-    store_close(store);
-    if (s != NULL) {
-        engine_destroy(s->engine);
-        free(s->chgs);
-        free(s);
+    return 0;
+}
+
+struct mode *mode_embedded_create(uv_loop_t *loop, struct store *store,
+                                  int64_t ttl_ns,
+                                  const struct mode_hooks *hooks,
+                                  char *errmsg, size_t len)
+{
+    struct embedded *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        store_close(store);
+        snprintf(errmsg, len, "out of memory");
+        return NULL;
     }
-    return NULL;
+    s->store = store;
+    s->lock_fd = -1;
+    s->commit_work.data = s;
+    s->sync_work.data = s;
+    s->list_work.data = s;
+    clock_init(&s->clock);
+    s->chgs = calloc(MAX_BATCH + GC_MAX, sizeof(*s->chgs));
+    if (s->chgs == NULL) {
+        snprintf(errmsg, len, "out of memory");
+        embedded_destroy(&s->base);
+        return NULL;
+    }
+    s->base.ttl_ns = ttl_ns;
+    if (load(s, errmsg, len) != 0) {
+        embedded_destroy(&s->base);
+        return NULL;
+    }
+    mode_init(&s->base, &mode_embedded, loop, hooks, ttl_ns);
+    mode_start_timer(&s->base, GC_INTERVAL_MS, on_tick);
+    return &s->base;
 }
 
-void server_set_reply(struct server *s,
-                      void (*reply)(void *arg, struct request *req),
-                      void (*storage)(void *arg, bool ok),
-                      void (*fatal)(void *arg, const char *why), void *arg)
+/* The store in the data directory, which it locks (*lock_fd) against a
+ * second leased, with --raise-token-floor applied. Returns 0, or -1 with
+ * errmsg set (and *lock_fd, when not -1, still to be closed). */
+static int open_store(const struct config *cfg, struct store **store,
+                      int *lock_fd, char *errmsg, size_t len)
 {
-    s->reply = reply;
-    s->storage = storage;
-    s->fatal = fatal;
-    s->reply_arg = arg;
+    *lock_fd = datadir_lock(cfg->data_dir, errmsg, len);
+    if (*lock_fd < 0)
+        return -1;
+    char db_path[PATH_MAX];
+    snprintf(db_path, sizeof(db_path), "%s/leased.db", cfg->data_dir);
+    if (store_open(db_path, DATADIR_BUSY_TIMEOUT_MS, store, errmsg, len) !=
+        0)
+        return -1;
+    if (cfg->raise_token_floor == 0)
+        return 0;
+    size_t raised;
+    if (store_raise_tokens(*store, cfg->raise_token_floor, &raised) != 0) {
+        snprintf(errmsg, len, "raising the token floor: %s",
+                 store_errmsg(*store));
+        store_close(*store);
+        return -1;
+    }
+    log_info("token_floor_raised", "to=%llu rows=%zu",
+             (unsigned long long)cfg->raise_token_floor, raised);
+    return 0;
 }
 
-static void on_timer_closed(uv_handle_t *h)
+static int embedded_open(uv_loop_t *loop, const struct config *cfg,
+                         const struct mode_hooks *hooks, struct mode **out,
+                         char *errmsg, size_t len)
 {
-    struct server *s = h->data;
-    void (*done)(void *) = s->done;
-    void *arg = s->done_arg;
-    engine_destroy(s->engine);
-    free(s->chgs);
-    free(s);
-    done(arg);
+    struct store *store = NULL;
+    int lock_fd = -1;
+    if (open_store(cfg, &store, &lock_fd, errmsg, len) != 0) {
+        if (lock_fd >= 0)
+            close(lock_fd);
+        return -1;
+    }
+    *out = mode_embedded_create(loop, store, cfg->ttl_ns, hooks, errmsg, len);
+    if (*out == NULL) {
+        close(lock_fd);
+        return -1;
+    }
+    struct embedded *s = (struct embedded *)*out;
+    s->lock_fd = lock_fd;
+    s->base.where = cfg->data_dir;
+    return 0;
 }
 
-/* Closes once nothing is in flight. */
-static void maybe_finish_close(struct server *s)
-{
-    if (s->committing || s->syncing || s->waiting != NULL || s->listing ||
-        s->store == NULL)
-        return;
-    assert(s->pending == NULL);
-    store_close(s->store);
-    s->store = NULL;
-    uv_close((uv_handle_t *)&s->gc_timer, on_timer_closed);
-}
-
-void server_close(struct server *s, void (*done)(void *arg), void *arg)
-{
-    s->closing = true;
-    s->done = done;
-    s->done_arg = arg;
-    uv_timer_stop(&s->gc_timer);
-    s->gc_due = s->probe_due = s->ttl_due = false;
-    maybe_finish_close(s);
-}
+const struct mode_ops mode_embedded = {
+    .name = "sqlite",
+    .open = embedded_open,
+    .submit = embedded_submit,
+    .close = embedded_close,
+    .destroy = embedded_destroy,
+};

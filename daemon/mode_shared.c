@@ -1,5 +1,8 @@
 /*
- * The loop side of a replica over PostgreSQL (see replica.h).
+ * The shared mode (see mode.h): a replica over PostgreSQL. It keeps no
+ * lease state: it hands each batch of calls to the database, which
+ * decides (see storage/postgres.h), and answers once the batch's
+ * transaction has committed.
  *
  * The replica has a few connections to the database (--postgres-
  * connections), each a `slot`. Lease calls go in batches, one
@@ -43,8 +46,6 @@
  * explain) is a step of the database host's wall clock, logged and
  * counted.
  */
-#include "replica.h"
-
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,9 +55,9 @@
 #include "clock.h"
 #include "log.h"
 #include "metrics.h"
+#include "mode.h"
 #include "postgres.h"
 #include "rules.h"
-#include "siphash.h"
 
 #define MAX_BATCH 1024
 #define PIPELINE 2 /* batches in flight on a connection */
@@ -67,20 +68,18 @@
 #define COLLECT_MIN_MS 1000
 #define COLLECT_MAX_MS 30000
 #define CLOCK_STEP_NS INT64_C(1000000000)
-#define INFLIGHT_SLOTS 16384 /* counters of the lease calls in flight */
 
 static_assert(PIPELINE <= PGSTORE_PIPELINE_MAX, "the store's pipeline");
-static_assert(REPLICA_MAX_CONNECTIONS <= UINT8_MAX, "inflight_on");
+static_assert(MODE_MAX_CONNECTIONS <= UINT8_MAX, "inflight_on");
+/* --postgres-connections fills an array of this many. */
+static_assert(CONFIG_MAX_PG_CONNECTIONS <= MODE_MAX_CONNECTIONS,
+              "--postgres-connections takes more than a replica has room for");
 
 enum job {
     JOB_NONE,
     JOB_ADMIN,
     JOB_COLLECT,
     JOB_CONNECT,
-};
-
-struct queue {
-    struct request *head, *tail;
 };
 
 struct replica;
@@ -123,66 +122,20 @@ struct slot {
 };
 
 struct replica {
-    uv_loop_t *loop;
-    int64_t ttl_ns;
-    void (*reply)(void *arg, struct request *req);
-    void (*storage)(void *arg, bool ok);
-    void (*wanted)(void *arg, size_t at);
-    void *reply_arg;
-
-    struct queue leases, admins;
-    /* The lease calls in flight, counted by their session's hash (two
-     * sessions may share a counter: then a call waits when it need not),
-     * and the slot they are in flight on. */
-    struct siphash_key hash_key;
-    uint32_t inflight[INFLIGHT_SLOTS];
-    uint8_t inflight_on[INFLIGHT_SLOTS];
-    struct slot slots[REPLICA_MAX_CONNECTIONS];
+    /* The common part; its order counters count the lease calls in
+     * flight, and inflight_on says on which slot. */
+    struct mode base;
+    struct mode_queue leases, admins;
+    uint8_t inflight_on[MODE_ORDER_SLOTS];
+    struct slot slots[MODE_MAX_CONNECTIONS];
     size_t nslots;
-    bool serving; /* some slot is connected */
     bool admin_turn; /* the next job is an admin call's, if one waits */
     bool collecting; /* a slot is collecting garbage */
     int64_t next_collect_ms;
     struct pgstore_stats last_stats; /* the last the database gave */
     int64_t primary_seen_us; /* the primary start last logged as new */
     struct log_limit fail_log, warn_log;
-
-    uv_timer_t timer;
-    int64_t start_mono_ns;
-    bool closing;
-    void (*done)(void *arg);
-    void *done_arg;
 };
-
-static void push(struct queue *q, struct request *r)
-{
-    r->next = NULL;
-    if (q->tail != NULL)
-        q->tail->next = r;
-    else
-        q->head = r;
-    q->tail = r;
-}
-
-static struct request *pop(struct queue *q)
-{
-    struct request *r = q->head;
-    if (r != NULL) {
-        q->head = r->next;
-        if (q->head == NULL)
-            q->tail = NULL;
-        r->next = NULL;
-    }
-    return r;
-}
-
-/* The index of req's session's counter in r->inflight. */
-static uint32_t inflight_slot(const struct replica *r,
-                              const struct request *req)
-{
-    uint64_t h = siphash24(&r->hash_key, req->session, req->session_len);
-    return (uint32_t)(h % INFLIGHT_SLOTS);
-}
 
 static int64_t mono_ms(void)
 {
@@ -194,24 +147,18 @@ static size_t slot_index(const struct slot *sl)
     return (size_t)(sl - sl->r->slots);
 }
 
-static void unavailable(struct request *req, const char *why)
+static bool serving(const struct replica *r)
 {
-    req->status = REPLY_UNAVAILABLE;
-    snprintf(req->reason, sizeof(req->reason), "%s", why);
+    return !r->base.storage_failing;
 }
 
 /* Some slot is connected, or none is any more: tell the owner (health). */
 static void update_serving(struct replica *r)
 {
-    bool serving = false;
+    bool any = false;
     for (size_t i = 0; i < r->nslots; i++)
-        serving = serving || r->slots[i].connected;
-    if (r->serving == serving)
-        return;
-    r->serving = serving;
-    atomic_store(&metrics.storage_failing, !serving);
-    if (r->storage != NULL)
-        r->storage(r->reply_arg, serving);
+        any = any || r->slots[i].connected;
+    mode_set_failing(&r->base, !any);
 }
 
 /* --- Watching a connection's socket ------------------------------------ */
@@ -242,7 +189,7 @@ static int watch(struct slot *sl, bool writing)
         uv_poll_t *h = malloc(sizeof(*h));
         if (h == NULL)
             return UV_ENOMEM;
-        int rc = uv_poll_init(sl->r->loop, h, pgstore_socket(sl->db));
+        int rc = uv_poll_init(sl->r->base.loop, h, pgstore_socket(sl->db));
         if (rc != 0) {
             free(h);
             return rc;
@@ -384,16 +331,6 @@ static void check_clock(struct slot *sl, int64_t sent_ns, int64_t done_ns,
     sl->offset_rtt_ns = rtt;
 }
 
-static void count_call(const struct pgstore_call *c)
-{
-    if (c->flags & PGSTORE_TAKEOVER)
-        atomic_fetch_add(&metrics.takeovers, 1);
-    if (c->flags & PGSTORE_EXPIRED)
-        atomic_fetch_add(&metrics.expiries, 1);
-    if (c->flags & PGSTORE_RECLAIM)
-        atomic_fetch_add(&metrics.reclaims, 1);
-}
-
 /* Answers b's requests: from their calls when ok, else UNAVAILABLE. */
 static void answer(struct slot *sl, struct batch *b, bool ok)
 {
@@ -403,30 +340,19 @@ static void answer(struct slot *sl, struct batch *b, bool ok)
          req = next, i++) {
         next = req->next;
         req->next = NULL;
-        assert(r->inflight[req->order_slot] > 0);
-        r->inflight[req->order_slot]--;
+        assert(r->base.order[req->order_slot] > 0);
+        r->base.order[req->order_slot]--;
         const struct pgstore_call *c = &b->calls[i];
-        req->reason[0] = '\0';
         req->needs_sync = false;
-        req->change = CHANGE_NONE;
-        if (!ok) {
-            unavailable(req, "storage unavailable");
-        } else if (c->code == RULES_OK || c->code == RULES_NOOP) {
-            count_call(c);
-            req->status = REPLY_OK;
-            req->grant_token = c->granted;
-            req->grant_expiry_ns = c->expiry_ns;
-            req->grant_ttl_ns = r->ttl_ns;
-            if (req->op == OP_RELEASE && c->code == RULES_OK)
-                req->change = CHANGE_RELEASE;
-            else if (c->flags & PGSTORE_TAKEOVER)
-                req->change = CHANGE_TAKEOVER;
+        if (ok) {
+            if (c->code == RULES_OK)
+                mode_count(c->flags);
+            mode_decided(&r->base, req, c->code, c->granted, c->expiry_ns,
+                         c->flags);
         } else {
-            req->status = REPLY_HELD;
-            snprintf(req->reason, sizeof(req->reason), "%s",
-                     rules_reason(c->code));
+            mode_refuse(req, "storage unavailable");
         }
-        r->reply(r->reply_arg, req);
+        mode_answer(&r->base, req);
     }
     b->list = NULL;
 }
@@ -517,23 +443,8 @@ static void run_revoke(struct slot *sl, struct request *req)
     bool found = false, revoked = false;
     sl->err = pgstore_revoke(sl->db, req->session, req->session_len,
                              req->token, &row, &found, &revoked);
-    if (sl->err != PGSTORE_OK)
-        return;
-    if (!found) {
-        req->status = REPLY_NOT_FOUND;
-        snprintf(req->reason, sizeof(req->reason), "no lease");
-    } else if (!revoked) {
-        req->status = REPLY_HELD;
-        snprintf(req->reason, sizeof(req->reason),
-                 "the lease's token is %llu, not %llu",
-                 (unsigned long long)row.token,
-                 (unsigned long long)req->token);
-    } else if (admin_result_add(req->admin, &row, false) != 0) {
-        /* Ended, and stored: the answer is lost, not the revoke. */
-        unavailable(req, "out of memory");
-    } else {
-        req->change = CHANGE_REVOKE;
-    }
+    if (sl->err == PGSTORE_OK)
+        mode_admin_revoked(req, found ? &row : NULL, revoked);
 }
 
 static void run_admin(struct slot *sl)
@@ -545,14 +456,8 @@ static void run_admin(struct slot *sl)
     case OP_GET:
         sl->err = pgstore_get(sl->db, req->session, req->session_len, &row,
                               &live, &found);
-        if (sl->err != PGSTORE_OK)
-            break;
-        if (!found) {
-            req->status = REPLY_NOT_FOUND;
-            snprintf(req->reason, sizeof(req->reason), "no lease");
-        } else if (admin_result_add(req->admin, &row, live) != 0) {
-            unavailable(req, "out of memory");
-        }
+        if (sl->err == PGSTORE_OK)
+            mode_admin_get(req, found ? &row : NULL, live);
         break;
     case OP_LIST:
         sl->err = pgstore_list(sl->db, req->session, req->session_len,
@@ -607,19 +512,14 @@ static void run_job(uv_work_t *w)
 
 /* --- Jobs, back on the loop -------------------------------------------- */
 
-/* Stats from st (the database's counts) and this replica's counters. */
-static void fill_stats(const struct replica *r, struct admin_stats *out,
-                       const struct pgstore_stats *st)
+static struct mode_counts counts(const struct pgstore_stats *st)
 {
-    out->live_leases = st->live;
-    out->lease_entries = st->entries;
-    out->takeovers = atomic_load(&metrics.takeovers);
-    out->expiries = atomic_load(&metrics.expiries);
-    out->reclaims = atomic_load(&metrics.reclaims);
-    out->token_high_water_mark = st->high_water;
-    out->uptime_s = (clock_mono_ns() - r->start_mono_ns) / 1000000000;
-    out->quarantine_remaining_ms = st->quarantine_remaining_ns / 1000000;
-    out->storage_failing = !r->serving;
+    return (struct mode_counts){
+        .live = st->live,
+        .entries = st->entries,
+        .high_water = st->high_water,
+        .quarantine_remaining_ns = st->quarantine_remaining_ns,
+    };
 }
 
 static void admin_done(struct slot *sl)
@@ -629,20 +529,13 @@ static void admin_done(struct slot *sl)
     sl->admin = NULL;
     if (sl->err != PGSTORE_OK) {
         failed(sl, "admin");
-        unavailable(req, "storage unavailable");
+        mode_refuse(req, "storage unavailable");
     } else if (req->op == OP_STATS) {
         r->last_stats = sl->stats;
-        fill_stats(r, &req->admin->stats, &sl->stats);
+        struct mode_counts c = counts(&sl->stats);
+        mode_admin_stats(&r->base, req, &c);
     }
-    r->reply(r->reply_arg, req);
-}
-
-static void update_gauges(const struct pgstore_stats *st)
-{
-    atomic_store(&metrics.leases_live, (int64_t)st->live);
-    atomic_store(&metrics.lease_entries, (int64_t)st->entries);
-    atomic_store(&metrics.quarantine_remaining_ms,
-                 st->quarantine_remaining_ns / 1000000);
+    mode_answer(&r->base, req);
 }
 
 static void collect_done(struct slot *sl)
@@ -655,7 +548,8 @@ static void collect_done(struct slot *sl)
     }
     atomic_fetch_add(&metrics.expiries, sl->expired);
     r->last_stats = sl->stats;
-    update_gauges(&sl->stats);
+    struct mode_counts c = counts(&sl->stats);
+    mode_set_gauges(&c, true);
     if (sl->collected > 0)
         log_debug("collected", "rows=%zu", sl->collected);
 }
@@ -723,7 +617,7 @@ static void start(struct slot *sl, enum job job)
     assert(sl->nbatches == 0);
     unwatch(sl);
     sl->job = job;
-    uv_queue_work(sl->r->loop, &sl->work, run_job, job_done);
+    uv_queue_work(sl->r->base.loop, &sl->work, run_job, job_done);
 }
 
 /* --- Giving work to the connections ------------------------------------ */
@@ -734,17 +628,15 @@ static void start(struct slot *sl, enum job job)
 static void refuse_all(struct replica *r)
 {
     struct request *req;
-    while ((req = pop(&r->leases)) != NULL ||
-           (req = pop(&r->admins)) != NULL) {
-        req->needs_sync = false;
-        req->reason[0] = '\0';
-        if (req->op == OP_STATS && (req->admin = admin_result_new(0))) {
-            req->status = REPLY_OK;
-            fill_stats(r, &req->admin->stats, &r->last_stats);
+    while ((req = mode_pop(&r->leases)) != NULL ||
+           (req = mode_pop(&r->admins)) != NULL) {
+        if (req->op == OP_STATS && mode_admin_start(req) == 0) {
+            struct mode_counts c = counts(&r->last_stats);
+            mode_admin_stats(&r->base, req, &c);
         } else {
-            unavailable(req, "storage unavailable");
+            mode_refuse(req, "storage unavailable");
         }
-        r->reply(r->reply_arg, req);
+        mode_answer(&r->base, req);
     }
 }
 
@@ -756,15 +648,15 @@ static void refuse_all(struct replica *r)
 static bool take_batch(struct replica *r, struct slot *sl, struct batch *b)
 {
     uint8_t on = (uint8_t)slot_index(sl);
-    struct queue wait = {NULL, NULL};
+    struct mode_queue wait = {NULL, NULL};
     struct request **tail = &b->list;
     b->list = NULL;
     b->ncalls = 0;
     while (b->ncalls < MAX_BATCH && r->leases.head != NULL) {
-        struct request *req = pop(&r->leases);
-        if (r->inflight[req->order_slot] > 0 &&
+        struct request *req = mode_pop(&r->leases);
+        if (r->base.order[req->order_slot] > 0 &&
             r->inflight_on[req->order_slot] != on) {
-            push(&wait, req);
+            mode_push(&wait, req);
             continue;
         }
         b->calls[b->ncalls++] = (struct pgstore_call){
@@ -778,14 +670,9 @@ static bool take_batch(struct replica *r, struct slot *sl, struct batch *b)
         *tail = req;
         tail = &req->next;
     }
-    if (wait.head != NULL) {
-        wait.tail->next = r->leases.head;
-        if (r->leases.head == NULL)
-            r->leases.tail = wait.tail;
-        r->leases.head = wait.head;
-    }
+    mode_push_front(&r->leases, &wait);
     for (struct request *req = b->list; req != NULL; req = req->next) {
-        r->inflight[req->order_slot]++;
+        r->base.order[req->order_slot]++;
         r->inflight_on[req->order_slot] = on;
     }
     return b->ncalls > 0;
@@ -818,17 +705,10 @@ static bool send_batch(struct replica *r, struct slot *sl)
 /* Starts the first admin call waiting on sl. */
 static void give_admin(struct replica *r, struct slot *sl)
 {
-    struct request *req = pop(&r->admins);
+    struct request *req = mode_pop(&r->admins);
     r->admin_turn = false;
-    req->status = REPLY_OK;
-    req->reason[0] = '\0';
-    req->change = CHANGE_NONE;
-    req->admin = admin_result_new(req->op == OP_LIST    ? req->page_size
-                                  : req->op == OP_STATS ? 0
-                                                        : 1);
-    if (req->admin == NULL) {
-        unavailable(req, "out of memory");
-        r->reply(r->reply_arg, req);
+    if (mode_admin_start(req) != 0) {
+        mode_answer(&r->base, req);
         return;
     }
     sl->admin = req;
@@ -849,7 +729,7 @@ static bool job_waits(const struct replica *r)
 
 static void give_collect(struct replica *r, struct slot *sl)
 {
-    int64_t every = r->ttl_ns / 1000000;
+    int64_t every = r->base.ttl_ns / 1000000;
     every = every < COLLECT_MIN_MS   ? COLLECT_MIN_MS
             : every > COLLECT_MAX_MS ? COLLECT_MAX_MS
                                      : every;
@@ -903,9 +783,9 @@ static size_t room_at(const struct replica *r, const struct slot *sl)
 /* Starts what the slots can do. */
 static void process(struct replica *r)
 {
-    if (!r->serving)
+    if (!serving(r))
         refuse_all(r);
-    if (r->closing)
+    if (r->base.closing)
         return;
     for (size_t i = 0; i < r->nslots; i++) {
         struct slot *sl = &r->slots[i];
@@ -918,56 +798,50 @@ static void process(struct replica *r)
         }
         give_work(r, sl);
     }
-    if (!r->serving)
+    if (!serving(r))
         refuse_all(r); /* the connections just lost */
     /* With every pipeline full, a new call could only wait in the
      * queue: it may as well wait in the hand-off, without waking the
      * loop; the next batch takes it. */
-    size_t at = r->serving ? 0 : 1;
+    size_t at = serving(r) ? 0 : 1;
     for (size_t i = 0; i < r->nslots; i++) {
         size_t k = room_at(r, &r->slots[i]);
         if (k != 0 && (at == 0 || k < at))
             at = k;
     }
-    if (r->wanted != NULL)
-        r->wanted(r->reply_arg, at);
+    if (r->base.hooks.wanted != NULL)
+        r->base.hooks.wanted(r->base.hooks.arg, at);
 }
 
 static void maybe_finish_close(struct replica *r);
 
 static void after_event(struct replica *r)
 {
-    if (r->closing)
+    if (r->base.closing)
         maybe_finish_close(r);
     else
         process(r);
 }
 
-void replica_submit(struct replica *r, struct request *list)
+static void shared_submit(struct mode *m, struct request *list)
 {
-    assert(!r->closing);
+    struct replica *r = (struct replica *)m;
     for (struct request *req = list, *next; req != NULL; req = next) {
         next = req->next;
         if (request_is_admin(req->op)) {
-            push(&r->admins, req);
+            mode_push(&r->admins, req);
         } else {
-            req->order_slot = inflight_slot(r, req);
-            push(&r->leases, req);
+            mode_order_slot(&r->base, req);
+            mode_push(&r->leases, req);
         }
     }
     process(r);
 }
 
-void replica_set_wanted(struct replica *r,
-                        void (*wanted)(void *arg, size_t at))
-{
-    r->wanted = wanted;
-}
-
 /* Batches past their deadline: a stopped server never answers. */
-static void on_tick(uv_timer_t *t)
+static void on_tick(struct mode *m)
 {
-    struct replica *r = t->data;
+    struct replica *r = (struct replica *)m;
     for (size_t i = 0; i < r->nslots; i++) {
         struct slot *sl = &r->slots[i];
         /* What arrived first: libuv runs timers before it polls, and an
@@ -978,10 +852,22 @@ static void on_tick(uv_timer_t *t)
     after_event(r);
 }
 
-struct replica *replica_create(uv_loop_t *loop, struct pgstore *const *dbs,
-                               size_t n, int64_t ttl_ns)
+static void shared_destroy(struct mode *m)
 {
-    assert(n >= 1 && n <= REPLICA_MAX_CONNECTIONS);
+    struct replica *r = (struct replica *)m;
+    for (size_t i = 0; i < r->nslots; i++) {
+        pgstore_close(r->slots[i].db);
+        for (size_t j = 0; j < PIPELINE; j++)
+            free(r->slots[i].batches[j].calls);
+    }
+    free(r);
+}
+
+struct mode *mode_shared_create(uv_loop_t *loop, struct pgstore *const *dbs,
+                                size_t n, int64_t ttl_ns,
+                                const struct mode_hooks *hooks)
+{
+    assert(n >= 1 && n <= MODE_MAX_CONNECTIONS);
     struct replica *r = calloc(1, sizeof(*r));
     bool ok = r != NULL;
     for (size_t i = 0; ok && i < n; i++)
@@ -997,12 +883,8 @@ struct replica *replica_create(uv_loop_t *loop, struct pgstore *const *dbs,
         free(r);
         return NULL;
     }
-    r->loop = loop;
-    r->ttl_ns = ttl_ns;
+    mode_init(&r->base, &mode_shared, loop, hooks, ttl_ns);
     r->nslots = n;
-    siphash_random_key(&r->hash_key);
-    r->serving = true;
-    r->start_mono_ns = clock_mono_ns();
     r->next_collect_ms = mono_ms();
     metrics.postgres = true;
     for (size_t i = 0; i < n; i++) {
@@ -1016,56 +898,88 @@ struct replica *replica_create(uv_loop_t *loop, struct pgstore *const *dbs,
             disconnect(sl);
     }
     update_serving(r);
-    uv_timer_init(loop, &r->timer);
-    r->timer.data = r;
-    uv_timer_start(&r->timer, on_tick, TICK_MS, TICK_MS);
-    return r;
-}
-
-void replica_set_reply(struct replica *r,
-                       void (*reply)(void *arg, struct request *req),
-                       void (*storage)(void *arg, bool ok),
-                       void (*fatal)(void *arg, const char *why), void *arg)
-{
-    (void)fatal;
-    r->reply = reply;
-    r->storage = storage;
-    r->reply_arg = arg;
-}
-
-static void on_timer_closed(uv_handle_t *h)
-{
-    struct replica *r = h->data;
-    void (*done)(void *) = r->done;
-    void *arg = r->done_arg;
-    for (size_t i = 0; i < r->nslots; i++) {
-        pgstore_close(r->slots[i].db);
-        for (size_t j = 0; j < PIPELINE; j++)
-            free(r->slots[i].batches[j].calls);
-    }
-    free(r);
-    done(arg);
+    mode_start_timer(&r->base, TICK_MS, on_tick);
+    return &r->base;
 }
 
 /* Closes once no job and no batch is in flight. */
 static void maybe_finish_close(struct replica *r)
 {
-    if (uv_is_closing((uv_handle_t *)&r->timer))
-        return;
     for (size_t i = 0; i < r->nslots; i++)
         if (r->slots[i].job != JOB_NONE || r->slots[i].nbatches > 0)
             return;
     assert(r->leases.head == NULL && r->admins.head == NULL);
     for (size_t i = 0; i < r->nslots; i++)
         unwatch(&r->slots[i]);
-    uv_timer_stop(&r->timer);
-    uv_close((uv_handle_t *)&r->timer, on_timer_closed);
+    mode_closed(&r->base);
 }
 
-void replica_close(struct replica *r, void (*done)(void *arg), void *arg)
+static void shared_close(struct mode *m)
 {
-    r->closing = true;
-    r->done = done;
-    r->done_arg = arg;
-    maybe_finish_close(r);
+    maybe_finish_close((struct replica *)m);
 }
+
+int mode_shared_connect(const struct config *cfg, struct pgstore **dbs,
+                    size_t n, char *errmsg, size_t len)
+{
+    struct pgstore_options o = {
+        .conninfo = cfg->postgres,
+        .ttl_ns = cfg->ttl_ns,
+        .max_skew_ns = cfg->max_skew_ns,
+        .timeout_ms = (int)(cfg->pg_timeout_ns / 1000000),
+    };
+    char why[400];
+    for (size_t i = 0; i < n; i++) {
+        if (pgstore_open(&o, &dbs[i], why, sizeof(why)) != 0) {
+            snprintf(errmsg, len, "--postgres: %s", why);
+            while (i-- > 0)
+                pgstore_close(dbs[i]);
+            return -1;
+        }
+    }
+    if (cfg->raise_token_floor == 0)
+        return 0;
+    size_t raised;
+    if (pgstore_raise_tokens(dbs[0], cfg->raise_token_floor, &raised) !=
+        PGSTORE_OK) {
+        snprintf(errmsg, len, "--raise-token-floor: %s",
+                 pgstore_errmsg(dbs[0]));
+        for (size_t i = 0; i < n; i++)
+            pgstore_close(dbs[i]);
+        return -1;
+    }
+    log_info("token_floor_raised", "to=%llu rows=%zu",
+             (unsigned long long)cfg->raise_token_floor, raised);
+    return 0;
+}
+
+static int shared_open(uv_loop_t *loop, const struct config *cfg,
+                       const struct mode_hooks *hooks, struct mode **out,
+                       char *errmsg, size_t len)
+{
+    struct pgstore *dbs[MODE_MAX_CONNECTIONS];
+    size_t n = (size_t)cfg->pg_connections;
+    if (mode_shared_connect(cfg, dbs, n, errmsg, len) != 0)
+        return -1;
+    /* Each connection's round trip blocks a thread of libuv's pool (4
+     * unless set, read at its first use, which is later): one each, and
+     * one for the rest. */
+    char threads[16];
+    snprintf(threads, sizeof(threads), "%zu", n + 1);
+    if (n + 1 > 4)
+        setenv("UV_THREADPOOL_SIZE", threads, 0);
+    *out = mode_shared_create(loop, dbs, n, cfg->ttl_ns, hooks);
+    if (*out == NULL) {
+        snprintf(errmsg, len, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+const struct mode_ops mode_shared = {
+    .name = "postgres",
+    .open = shared_open,
+    .submit = shared_submit,
+    .close = shared_close,
+    .destroy = shared_destroy,
+};

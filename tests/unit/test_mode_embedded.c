@@ -1,6 +1,7 @@
-/* daemon/server.c alone, on a real libuv loop, over the fake store
- * (fake_store.h) whose commits and syncs the test holds, lets go and
- * fails: the commit/fsync pipeline of server.c's design note.
+/* The embedded mode (daemon/mode_embedded.c) alone, on a real libuv
+ * loop, over the fake store (fake_store.h) whose commits and syncs the
+ * test holds, lets go and fails: the commit/fsync pipeline of
+ * mode_embedded.c's design note.
  *
  * Every reply is checked as it arrives (on_reply): an OK Acquire or
  * Renew must stand on a takeover (owner and token) committed and synced; nothing is answered twice; nothing after a fatal sync error.
@@ -12,13 +13,13 @@
 #include "check.h"
 #include "fake_store.h"
 #include "metrics.h"
+#include "mode.h"
 #include "request.h"
-#include "server.h"
 #include "store.h"
 
 #define MS INT64_C(1000000)
 #define LONG_TTL_NS (60000 * MS) /* outlives every case */
-#define MAX_BATCH 4096 /* server.c's: the most requests one commit carries */
+#define MAX_BATCH 4096 /* mode_embedded.c's: the most requests one commit carries */
 #define MAX_REPLIES 8192
 #define WAIT_MS 20000 /* for what should take milliseconds, under TSan too */
 
@@ -28,7 +29,7 @@ struct harness {
     uv_timer_t deadline; /* bounds every wait */
     bool late;
     struct fake *fake;
-    struct server *srv;
+    struct mode *srv;
     struct request *replied[MAX_REPLIES]; /* in the order of the replies */
     size_t nreplied;
     bool storage[16]; /* what the storage callback said, in order */
@@ -40,8 +41,8 @@ struct harness {
 };
 
 static struct harness *h;
-/* Harnesses of servers that reported a fatal error: server.h says not
- * to touch such a server again, so they stay as they are (reachable). */
+/* Harnesses of modes that reported a fatal error: mode.h says not
+ * to touch such a mode again, so they stay as they are (reachable). */
 static struct harness *abandoned[16];
 static size_t nabandoned;
 
@@ -135,7 +136,7 @@ static void wake(void *arg)
     uv_async_send(arg);
 }
 
-/* A loop and a fake store; the server comes with start(). */
+/* A loop and a fake store; the mode comes with start(). */
 static void begin_case(void)
 {
     static bool metrics_ready;
@@ -156,16 +157,16 @@ static void begin_case(void)
 static void start(int64_t ttl_ns)
 {
     char err[256] = "";
-    h->srv = server_create(&h->loop, fake_open(h->fake), ttl_ns, err,
-                           sizeof(err));
+    struct mode_hooks hooks = {on_reply, on_storage, NULL, on_fatal, h};
+    h->srv = mode_embedded_create(&h->loop, fake_open(h->fake), ttl_ns,
+                                  &hooks, err, sizeof(err));
     if (h->srv == NULL) {
-        fprintf(stderr, "server_create: %s\n", err);
+        fprintf(stderr, "mode_embedded_create: %s\n", err);
         abort();
     }
-    server_set_reply(h->srv, on_reply, on_storage, on_fatal, h);
 }
 
-/* Closes the server (unless a fatal error forbids it) and the loop, and
+/* Closes the mode (unless a fatal error forbids it) and the loop, and
  * checks what every case must hold. */
 static void end_case(void)
 {
@@ -173,7 +174,7 @@ static void end_case(void)
         fake_release(h->fake, (enum fake_call)c);
     if (h->nfatal == 0 && !h->closing) {
         h->closing = true;
-        server_close(h->srv, on_closed, h);
+        mode_close(h->srv, on_closed, h);
     }
     if (h->nfatal == 0)
         RUN_UNTIL(h->closed);
@@ -236,7 +237,7 @@ static void submit(struct request **rs, size_t n)
     for (size_t i = 0; i + 1 < n; i++)
         rs[i]->next = rs[i + 1];
     rs[n - 1]->next = NULL;
-    server_submit(h->srv, rs[0]);
+    mode_submit(h->srv, rs[0]);
 }
 
 /* Submits its arguments (struct request *) as one list. */
@@ -306,7 +307,7 @@ TEST(takeover_answered_only_after_its_commit_and_sync)
     RUN_UNTIL(fake_waiting(h->fake, FAKE_APPLY) == 1);
     CHECK(!answered(&a)); /* decided, not stored */
     fake_release(h->fake, FAKE_APPLY);
-    /* The server asks for a sync after the commit ended. */
+    /* The mode asks for a sync after the commit ended. */
     RUN_UNTIL(fake_waiting(h->fake, FAKE_SYNC) == 1);
     CHECK(fake_committed(h->fake, "s1", "alice", 1, -1));
     CHECK(!answered(&a)); /* committed, not durable */
@@ -333,7 +334,7 @@ TEST(renewal_answered_at_once_and_never_written)
     RUN_UNTIL(fake_waiting(h->fake, FAKE_APPLY) == 1);
     renew(&r, "s1", "alice", a.grant_token);
     SUBMIT(&r);
-    CHECK(answered(&r)); /* within server_submit */
+    CHECK(answered(&r)); /* within mode_submit */
     CHECK_EQ_I64(r.status, REPLY_OK);
     CHECK_EQ_U64(r.grant_token, a.grant_token);
     CHECK(r.grant_expiry_ns > a.grant_expiry_ns);
@@ -615,7 +616,7 @@ TEST(revoke_is_answered_once_stored_and_ends_the_holders_lease)
 }
 
 /* Requests wait for a sync that will cover two commits; it fails: none
- * of them is ever answered, the server reports the fatal error once,
+ * of them is ever answered, the mode reports the fatal error once,
  * and what the sync before it covered was answered. */
 TEST(sync_failing_for_requests_spanning_two_commits)
 {
@@ -665,7 +666,7 @@ TEST(full_queue_spills_into_the_next_batch)
     RUN_UNTIL(fake_waiting(h->fake, FAKE_APPLY) == 1);
     for (size_t i = 1; i + 1 < N; i++)
         rs[i].next = &rs[i + 1];
-    server_submit(h->srv, &rs[1]);
+    mode_submit(h->srv, &rs[1]);
     CHECK_EQ_U64(fake_entered(h->fake, FAKE_APPLY), 1); /* they wait */
     fake_release(h->fake, FAKE_APPLY);
     RUN_UNTIL(h->nreplied == N);
@@ -735,7 +736,7 @@ TEST(close_waits_for_the_commit_and_sync_in_flight)
     SUBMIT(&a);
     RUN_UNTIL(fake_waiting(h->fake, FAKE_APPLY) == 1);
     h->closing = true;
-    server_close(h->srv, on_closed, h);
+    mode_close(h->srv, on_closed, h);
     fake_release(h->fake, FAKE_APPLY);
     RUN_UNTIL(fake_waiting(h->fake, FAKE_SYNC) == 1);
     CHECK(!h->closed);
@@ -831,7 +832,7 @@ TEST(quarantine_ttl_lowered_on_the_worker)
     end_case();
 }
 
-/* The TTL write's sync fails: as for any sync, the server reports the
+/* The TTL write's sync fails: as for any sync, the mode reports the
  * fatal error. */
 TEST(quarantine_ttl_sync_failure_is_fatal)
 {
