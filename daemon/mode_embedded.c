@@ -662,7 +662,7 @@ static void process(struct embedded *s)
         answer_or_wait(s, now.head, s->committed_seq);
         maybe_sync(s);
     }
-#ifndef NDEBUG
+#ifdef LEASED_CHECKS
     if (!s->committing)
         engine_check(s->engine); /* no tentative change between batches */
 #endif
