@@ -14,6 +14,7 @@
 #include "admin.h"
 #include "clock.h"
 #include "engine.h"
+#include "log.h"
 #include "metrics.h"
 #include "rules.h"
 
@@ -35,6 +36,18 @@ void mode_close(struct mode *m, void (*done)(void *arg), void *arg)
 const char *mode_where(const struct mode *m)
 {
     return m->where;
+}
+
+int mode_floor_raised(const struct config *cfg, bool ok, size_t rows,
+                      const char *why, char *errmsg, size_t len)
+{
+    if (!ok) {
+        snprintf(errmsg, len, "--raise-token-floor: %s", why);
+        return -1;
+    }
+    log_info("token_floor_raised", "to=%llu rows=%zu",
+             (unsigned long long)cfg->raise_token_floor, rows);
+    return 0;
 }
 
 void mode_init(struct mode *m, const struct mode_ops *ops, uv_loop_t *loop,

@@ -149,6 +149,11 @@ struct mode {
     void *done_arg;
 };
 
+/* --raise-token-floor's outcome: ok, rows raised (logged), or why not
+ * (into errmsg, len bytes). Returns 0 when ok, else -1. */
+int mode_floor_raised(const struct config *cfg, bool ok, size_t rows,
+                      const char *why, char *errmsg, size_t len);
+
 /* Fills the common part of a new mode (zeroed before). */
 void mode_init(struct mode *m, const struct mode_ops *ops, uv_loop_t *loop,
                const struct mode_hooks *hooks, int64_t ttl_ns);

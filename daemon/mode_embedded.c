@@ -895,16 +895,13 @@ static int open_store(const struct config *cfg, struct store **store,
         return -1;
     if (cfg->raise_token_floor == 0)
         return 0;
-    size_t raised;
-    if (store_raise_tokens(*store, cfg->raise_token_floor, &raised) != 0) {
-        snprintf(errmsg, len, "raising the token floor: %s",
-                 store_errmsg(*store));
-        store_close(*store);
-        return -1;
-    }
-    log_info("token_floor_raised", "to=%llu rows=%zu",
-             (unsigned long long)cfg->raise_token_floor, raised);
-    return 0;
+    size_t raised = 0;
+    int rc = store_raise_tokens(*store, cfg->raise_token_floor, &raised);
+    if (mode_floor_raised(cfg, rc == STORE_OK, raised, store_errmsg(*store),
+                          errmsg, len) == 0)
+        return 0;
+    store_close(*store);
+    return -1;
 }
 
 static int embedded_open(uv_loop_t *loop, const struct config *cfg,
@@ -929,10 +926,7 @@ static int embedded_open(uv_loop_t *loop, const struct config *cfg,
     return 0;
 }
 
-const struct mode_ops mode_embedded = {
-    .name = "sqlite",
-    .open = embedded_open,
-    .submit = embedded_submit,
-    .close = embedded_close,
-    .destroy = embedded_destroy,
-};
+/* The table (mode.h): name, open, submit, close, destroy. */
+const struct mode_ops mode_embedded = {"sqlite", embedded_open,
+                                       embedded_submit, embedded_close,
+                                       embedded_destroy};

@@ -939,18 +939,14 @@ int mode_shared_connect(const struct config *cfg, struct pgstore **dbs,
     }
     if (cfg->raise_token_floor == 0)
         return 0;
-    size_t raised;
-    if (pgstore_raise_tokens(dbs[0], cfg->raise_token_floor, &raised) !=
-        PGSTORE_OK) {
-        snprintf(errmsg, len, "--raise-token-floor: %s",
-                 pgstore_errmsg(dbs[0]));
-        for (size_t i = 0; i < n; i++)
-            pgstore_close(dbs[i]);
-        return -1;
-    }
-    log_info("token_floor_raised", "to=%llu rows=%zu",
-             (unsigned long long)cfg->raise_token_floor, raised);
-    return 0;
+    size_t raised = 0;
+    int rc = pgstore_raise_tokens(dbs[0], cfg->raise_token_floor, &raised);
+    if (mode_floor_raised(cfg, rc == PGSTORE_OK, raised,
+                          pgstore_errmsg(dbs[0]), errmsg, len) == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        pgstore_close(dbs[i]);
+    return -1;
 }
 
 static int shared_open(uv_loop_t *loop, const struct config *cfg,
@@ -976,10 +972,6 @@ static int shared_open(uv_loop_t *loop, const struct config *cfg,
     return 0;
 }
 
-const struct mode_ops mode_shared = {
-    .name = "postgres",
-    .open = shared_open,
-    .submit = shared_submit,
-    .close = shared_close,
-    .destroy = shared_destroy,
-};
+/* The table (mode.h): name, open, submit, close, destroy. */
+const struct mode_ops mode_shared = {"postgres", shared_open, shared_submit,
+                                     shared_close, shared_destroy};
