@@ -24,11 +24,6 @@
 #define RETRY_PAUSE_MS 100 /* the least a round of retries takes */
 #define WAIT_SLICE_MS 250  /* waiting for one target to connect */
 
-static int64_t mono_ms(void)
-{
-    return nanotime_mono() / 1000000;
-}
-
 static char *read_pem(const char *path)
 {
     FILE *f = fopen(path, "re");
@@ -226,11 +221,11 @@ void conn_close(struct conn *c)
 /* Sleeps until the monotonic time ms, if later than now; returns now. */
 static int64_t pause_until(int64_t ms)
 {
-    int64_t now = mono_ms();
+    int64_t now = nanotime_mono_ms();
     if (now < ms) {
         struct timespec ts = {(ms - now) / 1000, (ms - now) % 1000 * 1000000};
         nanosleep(&ts, NULL);
-        now = mono_ms();
+        now = nanotime_mono_ms();
     }
     return now;
 }
@@ -238,7 +233,7 @@ static int64_t pause_until(int64_t ms)
 /* deadline, or slice from now if sooner. */
 static gpr_timespec deadline_in(int64_t end_ms, int64_t slice_ms)
 {
-    int64_t now = mono_ms();
+    int64_t now = nanotime_mono_ms();
     int64_t until = now + slice_ms < end_ms ? now + slice_ms : end_ms;
     return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                         gpr_time_from_millis(until - now, GPR_TIMESPAN));
@@ -250,7 +245,7 @@ grpc_status_code conn_call(struct conn *c, const char *path, int64_t end_ns,
                            ProtobufCMessage **resp, int64_t *ttl_ns,
                            char *details, size_t details_len)
 {
-    int64_t end = mono_ms() + c->timeout_ms;
+    int64_t end = nanotime_mono_ms() + c->timeout_ms;
     if (end_ns > 0 && end_ns / 1000000 < end)
         end = end_ns / 1000000;
     size_t first = atomic_load(&c->current);
@@ -286,9 +281,9 @@ grpc_status_code conn_call(struct conn *c, const char *path, int64_t end_ns,
      * reported if none comes back. */
     char why[256];
     snprintf(why, sizeof(why), "%s", details);
-    for (int64_t round = mono_ms(); round + RETRY_PAUSE_MS < end;
+    for (int64_t round = nanotime_mono_ms(); round + RETRY_PAUSE_MS < end;
          round = pause_until(round + RETRY_PAUSE_MS)) {
-        for (size_t k = 0; k < c->ntargets && mono_ms() < end; k++) {
+        for (size_t k = 0; k < c->ntargets && nanotime_mono_ms() < end; k++) {
             size_t t = (first + k) % c->ntargets;
             grpc_status_code status = unary_call(
                 c->channels[t], path, md, c->has_token, true, req, desc,
@@ -328,7 +323,7 @@ static const char *connect_reason(const char *details)
 bool conn_reachable(struct conn *c, int64_t timeout_ms, char *why,
                     size_t len)
 {
-    int64_t end = mono_ms() + timeout_ms;
+    int64_t end = nanotime_mono_ms() + timeout_ms;
     Grpc__Health__V1__HealthCheckRequest req =
         GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
     for (size_t t = 0; t < c->ntargets; t++) {
@@ -354,9 +349,9 @@ bool conn_reachable(struct conn *c, int64_t timeout_ms, char *why,
 
 bool conn_wait_shutdown(int timeout_ms)
 {
-    int64_t end = mono_ms() + timeout_ms;
+    int64_t end = nanotime_mono_ms() + timeout_ms;
     while (grpc_is_initialized()) {
-        int64_t now = mono_ms();
+        int64_t now = nanotime_mono_ms();
         if (now >= end)
             return false;
         pause_until(now + 10);

@@ -21,6 +21,12 @@ static inline int64_t nanotime_mono(void)
     return nanotime_of(CLOCK_MONOTONIC);
 }
 
+/* The monotonic clock in milliseconds, for timeouts and backoffs. */
+static inline int64_t nanotime_mono_ms(void)
+{
+    return nanotime_mono() / 1000000;
+}
+
 static inline int64_t nanotime_wall(void)
 {
     return nanotime_of(CLOCK_REALTIME);

@@ -56,6 +56,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "mode.h"
+#include "nanotime.h"
 #include "postgres.h"
 #include "rules.h"
 
@@ -137,11 +138,6 @@ struct replica {
     struct log_limit fail_log, warn_log;
 };
 
-static int64_t mono_ms(void)
-{
-    return clock_mono_ns() / 1000000;
-}
-
 static size_t slot_index(const struct slot *sl)
 {
     return (size_t)(sl - sl->r->slots);
@@ -213,7 +209,7 @@ static void disconnect(struct slot *sl)
     unwatch(sl);
     pgstore_disconnect(sl->db);
     sl->connected = false;
-    sl->next_connect_ms = mono_ms();
+    sl->next_connect_ms = nanotime_mono_ms();
     sl->backoff_ms = BACKOFF_MIN_MS;
 }
 
@@ -559,7 +555,7 @@ static void connect_done(struct slot *sl)
     struct replica *r = sl->r;
     if (sl->err != PGSTORE_OK) {
         failed(sl, "connect");
-        sl->next_connect_ms = mono_ms() + sl->backoff_ms;
+        sl->next_connect_ms = nanotime_mono_ms() + sl->backoff_ms;
         sl->backoff_ms = sl->backoff_ms * 2 > BACKOFF_MAX_MS
                              ? BACKOFF_MAX_MS
                              : sl->backoff_ms * 2;
@@ -717,7 +713,7 @@ static void give_admin(struct replica *r, struct slot *sl)
 
 static bool collect_due(const struct replica *r)
 {
-    return !r->collecting && mono_ms() >= r->next_collect_ms;
+    return !r->collecting && nanotime_mono_ms() >= r->next_collect_ms;
 }
 
 /* A job waits for its turn: pipelines take no new batch until one is
@@ -733,7 +729,7 @@ static void give_collect(struct replica *r, struct slot *sl)
     every = every < COLLECT_MIN_MS   ? COLLECT_MIN_MS
             : every > COLLECT_MAX_MS ? COLLECT_MAX_MS
                                      : every;
-    r->next_collect_ms = mono_ms() + every;
+    r->next_collect_ms = nanotime_mono_ms() + every;
     r->collecting = true;
     start(sl, JOB_COLLECT);
 }
@@ -792,7 +788,7 @@ static void process(struct replica *r)
         if (sl->job != JOB_NONE)
             continue;
         if (!sl->connected) {
-            if (mono_ms() >= sl->next_connect_ms)
+            if (nanotime_mono_ms() >= sl->next_connect_ms)
                 start(sl, JOB_CONNECT);
             continue;
         }
@@ -885,7 +881,7 @@ struct mode *mode_shared_create(uv_loop_t *loop, struct pgstore *const *dbs,
     }
     mode_init(&r->base, &mode_shared, loop, hooks, ttl_ns);
     r->nslots = n;
-    r->next_collect_ms = mono_ms();
+    r->next_collect_ms = nanotime_mono_ms();
     metrics.postgres = true;
     for (size_t i = 0; i < n; i++) {
         struct slot *sl = &r->slots[i];
