@@ -277,12 +277,15 @@ grpc_status_code conn_call(struct conn *c, const char *path, int64_t end_ns,
      * 1.51 connects again only for calls that wait). A round takes at
      * least RETRY_PAUSE_MS: servers that answer UNAVAILABLE at once
      * (storage failing, draining) are asked again ten times a second,
-     * not as fast as they answer. The first round's reason is the one
-     * reported if none comes back. */
+     * not as fast as they answer; the last ends at the deadline, not
+     * before it. The first round's reason is the one reported if none
+     * comes back. */
     char why[256];
     snprintf(why, sizeof(why), "%s", details);
-    for (int64_t round = nanotime_mono_ms(); round + RETRY_PAUSE_MS < end;
-         round = pause_until(round + RETRY_PAUSE_MS)) {
+    for (int64_t round = nanotime_mono_ms(); round < end;
+         round = pause_until(round + RETRY_PAUSE_MS < end
+                                 ? round + RETRY_PAUSE_MS
+                                 : end)) {
         for (size_t k = 0; k < c->ntargets && nanotime_mono_ms() < end; k++) {
             size_t t = (first + k) % c->ntargets;
             grpc_status_code status = unary_call(

@@ -103,7 +103,21 @@ int ctl_reach(struct ctl *c)
 enum { IDLE, ARMED, FIRED };
 static atomic_int state;
 static struct timespec end; /* CLOCK_MONOTONIC */
+static int64_t end_ns;        /* the same */
 static char message[160];
+
+/* Says that the command's time ran out and ends it, unless the command
+ * already finished (or another thread is saying it). */
+static void expire(void)
+{
+    int armed = ARMED;
+    if (!atomic_compare_exchange_strong(&state, &armed, FIRED))
+        return;
+    fflush(stdout); /* what a list printed so far */
+    ssize_t n = write(STDERR_FILENO, message, strlen(message));
+    (void)n;
+    _exit(EXIT_UNAVAILABLE);
+}
 
 static void *watch(void *arg)
 {
@@ -111,13 +125,8 @@ static void *watch(void *arg)
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &end, NULL) ==
            EINTR) {
     }
-    int armed = ARMED;
-    if (!atomic_compare_exchange_strong(&state, &armed, FIRED))
-        return NULL;
-    fflush(stdout); /* what a list printed so far */
-    ssize_t n = write(STDERR_FILENO, message, strlen(message));
-    (void)n;
-    _exit(EXIT_UNAVAILABLE);
+    expire();
+    return NULL;
 }
 
 int ctl_deadline_start(const struct ctl *c)
@@ -125,7 +134,7 @@ int ctl_deadline_start(const struct ctl *c)
     const struct ctl_args *a = &c->args;
     if (a->wait_ns == CTL_FOREVER)
         return 0; /* each call still ends within --timeout */
-    int64_t end_ns = nanotime_mono() + a->timeout_ns + a->wait_ns;
+    end_ns = nanotime_mono() + a->timeout_ns + a->wait_ns;
     end.tv_sec = (time_t)(end_ns / 1000000000);
     end.tv_nsec = (long)(end_ns % 1000000000);
     bool changes = a->cmd == CTL_ACQUIRE || a->cmd == CTL_RENEW ||
@@ -153,6 +162,10 @@ bool ctl_deadline_stop(void)
 
 void ctl_deadline_settle(void)
 {
+    /* A call that failed as the time ran out is the time running out,
+     * however the watchdog's thread and this one were scheduled. */
+    if (atomic_load(&state) == ARMED && nanotime_mono() >= end_ns)
+        expire();
     if (ctl_deadline_stop())
         return;
     for (;;)

@@ -145,9 +145,10 @@ int ctl_deadline_start(const struct ctl *c);
 bool ctl_deadline_stop(void);
 
 /* Before a command says how it ended (a failure, or a result it then
- * writes): stops the watchdog, or, when it has fired (it is saying why
- * itself and ending the process), waits for that end, so that a command
- * says one thing, never two. */
+ * writes): stops the watchdog, or, when it has fired or its time has
+ * come (it is saying why and ending the process), waits for that end, so
+ * that a command says one thing, never two, and a call that gave up as
+ * the time ran out is told as the time running out. */
 void ctl_deadline_settle(void);
 
 /* The owner to act as (docs/leasectl.1): flag (--owner) if not NULL,
