@@ -571,11 +571,6 @@ static void on_event(struct frontend *fe, grpc_event ev)
     abort(); /* not a tag of ours */
 }
 
-static int64_t now_ms(void)
-{
-    return clock_mono_ns() / 1000000;
-}
-
 /* Whether a call is in progress: arrived and not yet over. */
 static bool busy(const struct frontend *fe)
 {
@@ -592,7 +587,7 @@ static bool finished(const struct frontend *fe)
 /* A step of the drain (see Drain above), on each wake-up while draining. */
 static void drain(struct frontend *fe)
 {
-    int64_t now = now_ms();
+    int64_t now = clock_mono_ns() / 1000000;
     if (fe->drain_began_ms == 0)
         fe->drain_began_ms = now;
     bool in_progress = busy(fe);

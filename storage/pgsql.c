@@ -1,5 +1,6 @@
 /*
- * The SQL of the PostgreSQL store (see pgsql.h), which postgres.c runs.
+ * The SQL of the PostgreSQL store (see pgsql.h), which the storage/pg_*.c
+ * files run.
  *
  * Schema (leased_meta 'schema_version' = 4):
  *   leased_leases(session bytea PRIMARY KEY, owner bytea, token bigint,
@@ -297,3 +298,101 @@ const char *const pgsql_stmt[PGSQL_COUNT] = {
         "SELECT owner, token, expiry_ns, EXISTS (SELECT 1 FROM gone) "
         "FROM old",
 };
+
+/* --- The one-off statements of the blocking calls (see pgsql.h) ------- */
+
+#include <stdio.h>
+
+const char pgsql_begin[] = "BEGIN";
+const char pgsql_commit[] = "COMMIT";
+const char pgsql_rollback[] = "ROLLBACK";
+const char pgsql_lock_schema[] =
+    "SELECT pg_advisory_xact_lock(1818583411, 1)";
+const char pgsql_lock_floor[] = "SELECT pg_advisory_xact_lock(1818583411, 2)";
+
+const char pgsql_meta_exists[] =
+    "SELECT to_regclass('leased_meta') IS NOT NULL";
+const char pgsql_meta_create[] = "CREATE TABLE leased_meta (key text PRIMARY "
+                                 "KEY, value bigint NOT NULL)";
+const char pgsql_meta_get[] = "SELECT value FROM leased_meta WHERE key = $1";
+const char pgsql_quarantine_left[] =
+    "SELECT greatest(leased_meta_value('quarantine_end_ns')"
+    " - leased_now(), 0)";
+
+const char pgsql_import_lock[] = "LOCK leased_leases IN EXCLUSIVE MODE";
+const char pgsql_import_count[] = "SELECT count(*) FROM leased_leases";
+const char pgsql_import_row[] = "INSERT INTO leased_leases VALUES ($1::bytea,"
+                                " $2::bytea, $3::bigint, $4::bigint, "
+                                "$5::bigint)";
+
+void pgsql_format_timeouts(char *sql, size_t len, int lock_timeout_ms,
+                           const char *check_closed_ms)
+{
+    if (check_closed_ms != NULL)
+        snprintf(sql, len,
+                 "SELECT set_config('lock_timeout', '%d', false), "
+                 "set_config('client_connection_check_interval', '%s', "
+                 "false)",
+                 lock_timeout_ms, check_closed_ms);
+    else
+        snprintf(sql, len, "SELECT set_config('lock_timeout', '%d', false)",
+                 lock_timeout_ms);
+}
+
+void pgsql_format_meta(char *sql, size_t len, long long ttl_ns)
+{
+    snprintf(sql, len,
+             "INSERT INTO leased_meta VALUES ('schema_version', %d), "
+             "('ttl_ns', %lld), ('token_floor', 0), ('generation', 0), "
+             "('quarantine_end_ns', 0), ('primary_started_us', "
+             "(extract(epoch FROM pg_postmaster_start_time()) * 1000000)"
+             "::bigint)",
+             PGSQL_SCHEMA_VERSION, ttl_ns);
+}
+
+void pgsql_format_version(char *sql, size_t len)
+{
+    snprintf(sql, len,
+             "UPDATE leased_meta SET value = %d "
+             "WHERE key = 'schema_version'",
+             PGSQL_SCHEMA_VERSION);
+}
+
+void pgsql_format_primary(char *sql, size_t len, long long quarantine_ns)
+{
+    snprintf(sql, len,
+             "WITH now AS (SELECT (extract(epoch FROM "
+             "pg_postmaster_start_time()) * 1000000)::bigint AS started), "
+             "seen AS (UPDATE leased_meta SET value = now.started FROM now "
+             "WHERE key = 'primary_started_us' AND value <> now.started "
+             "RETURNING 1), "
+             "gen AS (UPDATE leased_meta SET value = value + 1 "
+             "WHERE key = 'generation' AND EXISTS (SELECT 1 FROM seen) "
+             "RETURNING 1), "
+             "q AS (UPDATE leased_meta SET value = greatest(value, "
+             "leased_now() + %lld) WHERE key = 'quarantine_end_ns' AND "
+             "EXISTS (SELECT 1 FROM seen) RETURNING 1) "
+             "SELECT (SELECT count(*) FROM seen) + (SELECT count(*) FROM gen)"
+             " + (SELECT count(*) FROM q), (SELECT started FROM now)",
+             quarantine_ns);
+}
+
+void pgsql_format_floor(char *sql, size_t len, unsigned long long floor,
+                        long long quarantine_ns)
+{
+    snprintf(sql, len,
+             "UPDATE leased_meta SET value = CASE key "
+             "WHEN 'token_floor' THEN greatest(value, %llu) "
+             "WHEN 'generation' THEN value + 1 "
+             "ELSE greatest(value, leased_now() + %lld) END "
+             "WHERE key IN ('token_floor', 'generation', "
+             "'quarantine_end_ns')",
+             floor, quarantine_ns);
+}
+
+void pgsql_format_raise(char *sql, size_t len, unsigned long long floor)
+{
+    snprintf(sql, len,
+             "UPDATE leased_leases SET token = %llu WHERE token < %llu",
+             floor, floor);
+}

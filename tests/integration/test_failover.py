@@ -13,15 +13,15 @@ died) and the standby is promoted; the owners keep going for more than
 2 TTL + --max-clock-skew; the fault campaign's checker
 (tests/faults/checker.py) judges the whole history.
 
-What must hold: leased's failover quarantine (storage/postgres.c, setup():
-after a change of primary, leases held before count as live for TTL +
---max-clock-skew on the new primary's clock) keeps every promise made
-before the failover, so the checker finds no violation and no lost
-acknowledged call. The negative control runs leased-faults with
-LEASED_FAULTS="broken=no_failover_quarantine" (no quarantine): the
-standby's early clock must then let a takeover land inside a hold
-interval granted by the old primary, which the checker reports as a
-mutual_exclusion violation.
+What must hold: leased's failover quarantine (storage/pg_schema.c,
+pg_schema_setup(): after a change of primary, leases held before count
+as live for TTL + --max-clock-skew on the new primary's clock) keeps
+every promise made before the failover, so the checker finds no
+violation and no lost acknowledged call. The negative control runs
+leased-faults with LEASED_FAULTS="broken=no_failover_quarantine" (no
+quarantine): the standby's early clock must then let a takeover land
+inside a hold interval granted by the old primary, which the checker
+reports as a mutual_exclusion violation.
 
 The workload that makes the control bite: STICKY_SESSIONS sessions, each
 held by a sticky worker that renews every TTL/3, out of step with the
