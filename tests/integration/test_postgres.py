@@ -32,7 +32,7 @@ from harness import Leased, expect_code, status_of  # noqa: E402
 OK = grpc.StatusCode.OK
 HELD = grpc.StatusCode.FAILED_PRECONDITION
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
-SCHEMA_VERSION = "4"  # storage/pgsql.h
+SCHEMA_VERSION = "5"  # storage/pgsql.h
 
 _names = 0
 
@@ -905,6 +905,10 @@ def test_schema_of_version_2_is_upgraded_keeping_its_leases():
 
 def test_schema_of_version_3_is_upgraded_keeping_its_leases():
     upgraded_keeping_leases(3)
+
+
+def test_schema_of_version_4_is_upgraded_keeping_its_leases():
+    upgraded_keeping_leases(4)
 
 
 # --- 4. Bad configuration ------------------------------------------------
