@@ -2,7 +2,7 @@
  * The SQL of the PostgreSQL store (see pgsql.h), which the storage/pg_*.c
  * files run.
  *
- * Schema (leased_meta 'schema_version' = 4):
+ * Schema (leased_meta 'schema_version' = 5):
  *   leased_leases(session bytea PRIMARY KEY, owner bytea, token bigint,
  *                 expiry_ns bigint, generation bigint)
  *     owner '' means released; expiry_ns is the database's clock, ns since
@@ -21,10 +21,16 @@
  *     asynchronous standby may have missed the last renewals).
  *
  * The rules (core/rules.h, docs/protocol.md) are stated here a second
- * time, in SQL, as the function leased_decide: for each call of a batch
- * it locks the row (FOR UPDATE, or by the UPDATE of a run of renewals),
- * reads the database's clock and decides.
- * The conformance suite holds both to one behaviour.
+ * time, in SQL: leased_rule mirrors rules_decide, a pure function of the
+ * row, the request, now and the TTL, made of one small function per word
+ * of the rules (leased_expired, leased_is_live, leased_quarantined,
+ * leased_holds, leased_extend), each written once. leased_decide applies
+ * it: for each call of a batch it locks the row (FOR UPDATE, or by the
+ * UPDATE of a run of renewals), reads the database's clock, asks
+ * leased_rule (or, on the short path, its words) and writes the answer.
+ * One table of cases (tests/rules_cases.txt) plus random ones hold
+ * leased_rule to rules_decide; the conformance suite holds the daemon in
+ * both modes to one behaviour.
  *
  * Tokens of new rows come from the floor, which garbage collection
  * raises. So that no batch reads a floor a collection is about to raise,
@@ -39,17 +45,130 @@
 #include "postgres.h"
 #include "rules.h"
 
-/* leased_decide writes these numbers as literals: ops 1 Acquire, 2 Renew,
- * 3 Release; codes 0 OK, 1 held, 2 lost, 3 no-op; flags 1 takeover, 2 it
- * replaced an expired holder, 4 a renewal after expiry. */
-static_assert(RULES_ACQUIRE == 1 && RULES_RENEW == 2 && RULES_RELEASE == 3,
-              "the ops leased_decide is written for");
+/* leased_rule and leased_decide write these numbers as literals: ops 1
+ * Acquire, 2 Renew, 3 Release, 4 Revoke; codes 0 OK, 1 held, 2 lost, 3
+ * no-op; flags 1 takeover, 2 it replaced an expired holder, 4 a renewal
+ * after expiry. */
+static_assert(RULES_ACQUIRE == 1 && RULES_RENEW == 2 && RULES_RELEASE == 3 &&
+                  RULES_REVOKE == 4,
+              "the ops leased_rule and leased_decide are written for");
 static_assert(RULES_OK == 0 && RULES_HELD == 1 && RULES_LOST == 2 &&
                   RULES_NOOP == 3,
-              "the codes leased_decide is written for");
+              "the codes leased_rule and leased_decide are written for");
 static_assert(PGSTORE_TAKEOVER == 1 && PGSTORE_EXPIRED == 2 &&
                   PGSTORE_RECLAIM == 4,
-              "the flags leased_decide is written for");
+              "the flags leased_rule and leased_decide are written for");
+
+/* The words of the rules, each said once: SQL functions of one SELECT
+ * expression, IMMUTABLE and not STRICT, which the planner inlines into
+ * the statements that call them (the short path's UPDATEs stay one plan,
+ * with no function call per row). The names say what the C functions of
+ * core/rules.c say. */
+
+/* Expired: now is not before the expiry (rules_live's now < expiry). */
+static const char leased_expired[] =
+    "CREATE OR REPLACE FUNCTION leased_expired(expiry_ns bigint, "
+    " now_ns bigint) RETURNS boolean LANGUAGE sql IMMUTABLE AS "
+    "$$ SELECT expiry_ns <= now_ns $$";
+
+/* Live (rules_live): held, and not expired or quarantined. */
+static const char leased_is_live[] =
+    "CREATE OR REPLACE FUNCTION leased_is_live(owner bytea, "
+    " expiry_ns bigint, quarantined boolean, now_ns bigint) "
+    "RETURNS boolean LANGUAGE sql IMMUTABLE AS $$ SELECT owner <> '' AND "
+    "(NOT leased_expired(expiry_ns, now_ns) OR quarantined) $$";
+
+/* The restart quarantine covers a row (rules_row.quarantined): it was
+ * taken over before the last change of primary (its generation is older)
+ * and the quarantine has not ended. */
+static const char leased_quarantined[] =
+    "CREATE OR REPLACE FUNCTION leased_quarantined(generation bigint, "
+    " gen bigint, qend bigint, now_ns bigint) RETURNS boolean "
+    "LANGUAGE sql IMMUTABLE AS "
+    "$$ SELECT generation < gen AND now_ns < qend $$";
+
+/* The request's owner and token are the row's (holds); a released row
+ * matches nobody. */
+static const char leased_holds[] =
+    "CREATE OR REPLACE FUNCTION leased_holds(r_owner bytea, r_token bigint, "
+    " q_owner bytea, q_token bigint) RETURNS boolean "
+    "LANGUAGE sql IMMUTABLE AS $$ SELECT r_owner <> '' AND "
+    "r_owner = q_owner AND r_token = q_token $$";
+
+/* The expiry of an extension (extend): now + TTL, and strictly later
+ * than the stored one. */
+static const char leased_extend[] =
+    "CREATE OR REPLACE FUNCTION leased_extend(expiry_ns bigint, "
+    " now_ns bigint, ttl bigint) RETURNS bigint LANGUAGE sql IMMUTABLE AS "
+    "$$ SELECT greatest(now_ns + ttl, expiry_ns + 1) $$";
+
+/* Live with the meta table's quarantine, for the statements that read
+ * rows (Get, List, stats, collection). Its parameters' names are those
+ * of every older version, which CREATE OR REPLACE must keep. */
+static const char leased_live[] =
+    "CREATE OR REPLACE FUNCTION leased_live(r leased_leases, now_ns bigint) "
+    "RETURNS boolean LANGUAGE sql STABLE AS $$ SELECT leased_is_live("
+    " r.owner, r.expiry_ns, leased_quarantined(r.generation, "
+    " leased_meta_value('generation'), "
+    " leased_meta_value('quarantine_end_ns'), now_ns), now_ns) $$";
+
+/* rules_decide, in SQL: op (enum rules_op) on one session's row, as
+ * stored (had; no row: had false, and r_token the token floor, NULL for
+ * 0, the other r_ ignored), with r_quarantined computed by the caller
+ * (leased_quarantined), the request's owner and token, now and the TTL.
+ * No table, no clock: tests/rules_cases.txt and random cases hold it to
+ * rules_decide (tests/integration/test_postgres.py).
+ *
+ * Returns code (enum rules_code); when 0, what the row becomes (owner,
+ * tok, exp; NULL otherwise) and flags (enum pgstore_flag): 1 a takeover,
+ * plus 2 when the row had an owner (it had expired), or 4 a renewal after
+ * expiry. PL/pgSQL, unlike the helpers: one call per general-path call,
+ * its expressions planned once per session. An op it does not know
+ * raises CASE_NOT_FOUND, as rules_decide aborts. */
+static const char leased_rule[] =
+    "CREATE OR REPLACE FUNCTION leased_rule(op int, had boolean, "
+    " r_owner bytea, r_token bigint, r_expiry bigint, r_quarantined boolean,"
+    " q_owner bytea, q_token bigint, now_ns bigint, ttl bigint, "
+    " OUT code int, OUT owner bytea, OUT tok bigint, OUT exp bigint, "
+    " OUT flags int) "
+    "LANGUAGE plpgsql IMMUTABLE AS $$ "
+    "BEGIN "
+    " flags := 0; "
+    " IF NOT had THEN "
+    "  r_owner := ''; r_token := coalesce(r_token, 0); r_expiry := 0; "
+    "  r_quarantined := false; "
+    " END IF; "
+    " CASE op "
+    " WHEN 1 THEN "
+    "  IF leased_is_live(r_owner, r_expiry, r_quarantined, now_ns) THEN "
+    "   IF r_owner <> q_owner THEN code := 1; RETURN; END IF; "
+    /* Its owner again, while live: the token kept. */
+    "   code := 0; owner := r_owner; tok := r_token; "
+    "   exp := leased_extend(r_expiry, now_ns, ttl); RETURN; "
+    "  END IF; "
+    /* A takeover (free, released, expired): a greater token. */
+    "  code := 0; owner := q_owner; tok := r_token + 1; "
+    "  exp := now_ns + ttl; "
+    "  flags := CASE WHEN r_owner <> '' THEN 3 ELSE 1 END; "
+    " WHEN 2 THEN "
+    "  IF NOT leased_holds(r_owner, r_token, q_owner, q_token) THEN "
+    "   code := 2; RETURN; "
+    "  END IF; "
+    "  code := 0; owner := r_owner; tok := r_token; "
+    "  exp := leased_extend(r_expiry, now_ns, ttl); "
+    "  IF leased_expired(r_expiry, now_ns) THEN flags := 4; END IF; "
+    " WHEN 3 THEN "
+    "  IF NOT leased_holds(r_owner, r_token, q_owner, q_token) THEN "
+    "   code := 3; RETURN; "
+    "  END IF; "
+    /* A tombstone: the token stays, so the next takeover's is greater. */
+    "  code := 0; owner := ''; tok := r_token; exp := r_expiry; "
+    " WHEN 4 THEN "
+    "  IF r_owner = '' THEN code := 3; RETURN; END IF; "
+    "  IF q_token <> 0 AND q_token <> r_token THEN code := 2; RETURN; END IF; "
+    "  code := 0; owner := ''; tok := r_token; exp := r_expiry; "
+    " END CASE; "
+    "END $$";
 
 /* A batch: calls i = 1..n, op[i] an enum rules_op, in session order
  * (then arrival order), decided in their order, one row each: code (enum
@@ -65,12 +184,17 @@ static_assert(PGSTORE_TAKEOVER == 1 && PGSTORE_EXPIRED == 2 &&
  * statement updates every row of the run, the rows it may not renew
  * unchanged, so it locks them all, in session order: with seqscan and
  * bitmapscan off, its join walks the arrays or the primary key's index,
- * both in that order. A lone renewal is one conditional UPDATE. A renewal the short
- * path did not grant (expired, another owner or token) falls through to
- * the general path, which decides it as before on the row it has locked
- * already; one of a run whose row is missing is refused then and there.
- * So every row is locked at its place in session order, and two batches
- * never deadlock.
+ * both in that order. A lone renewal is one conditional UPDATE. Both
+ * grant what leased_rule would (leased_holds, not leased_expired, then
+ * leased_extend, the helpers it calls too), inlined in the statement. A
+ * renewal the short path did not grant (expired, another owner or
+ * token) falls through to the general path, which decides it as before
+ * on the row it has locked already; one of a run whose row is missing is
+ * refused then and there. So every row is locked at its place in session
+ * order, and two batches never deadlock.
+ *
+ * The general path locks and reads the row, asks leased_rule, and
+ * writes what it answered: the rules are in leased_rule alone.
  *
  * The generation and the quarantine are read at most once, by the first
  * call that needs them: they change only when a connection finds a new
@@ -84,7 +208,7 @@ static const char leased_decide[] =
     " OUT exp bigint, OUT flags int, OUT now_ns bigint) "
     "RETURNS SETOF record LANGUAGE plpgsql "
     "SET enable_seqscan = off SET enable_bitmapscan = off AS $$ "
-    "DECLARE r leased_leases; had boolean; live boolean; "
+    "DECLARE r leased_leases; had boolean; d record; "
     " gen bigint; qend bigint; n int := cardinality(op); "
     " j int; run_end int := 0; run_now bigint; u record; "
     " rcode int[]; rtok bigint[]; rexp bigint[]; "
@@ -105,17 +229,19 @@ static const char leased_decide[] =
     "     rtok := array_fill(NULL::bigint, ARRAY[n]); rexp := rtok; "
     "    END IF; "
     "    run_now := leased_now(); "
+    /* RETURNING sees the new expiry, later than run_now when renewed,
+     * the same when not. */
     "    FOR u IN UPDATE leased_leases l SET expiry_ns = CASE "
-    "      WHEN l.owner = c.o AND l.owner <> '' AND l.token = c.t "
-    "       AND l.expiry_ns > run_now "
-    "      THEN greatest(run_now + ttl, l.expiry_ns + 1) "
+    "      WHEN leased_holds(l.owner, l.token, c.o, c.t) "
+    "       AND NOT leased_expired(l.expiry_ns, run_now) "
+    "      THEN leased_extend(l.expiry_ns, run_now, ttl) "
     "      ELSE l.expiry_ns END "
     "     FROM unnest(s[i:j - 1], o[i:j - 1], t[i:j - 1]) "
     "      WITH ORDINALITY AS c(s, o, t, k) "
     "     WHERE l.session = c.s "
     "     RETURNING (i - 1 + c.k)::int AS k, l.token, l.expiry_ns, "
-    "      l.owner = c.o AND l.owner <> '' AND l.token = c.t "
-    "      AND l.expiry_ns > run_now AS renewed "
+    "      leased_holds(l.owner, l.token, c.o, c.t) "
+    "      AND NOT leased_expired(l.expiry_ns, run_now) AS renewed "
     "    LOOP "
     "     rcode[u.k] := CASE WHEN u.renewed THEN 0 ELSE -1 END; "
     "     rtok[u.k] := u.token; rexp[u.k] := u.expiry_ns; "
@@ -131,9 +257,9 @@ static const char leased_decide[] =
     "  ELSIF op[i] = 2 THEN "
     "   now_ns := leased_now(); "
     "   UPDATE leased_leases SET "
-    "    expiry_ns = greatest(now_ns + ttl, expiry_ns + 1) "
-    "    WHERE session = s[i] AND owner = o[i] AND owner <> '' "
-    "    AND token = t[i] AND expiry_ns > now_ns "
+    "    expiry_ns = leased_extend(expiry_ns, now_ns, ttl) "
+    "    WHERE session = s[i] AND leased_holds(owner, token, o[i], t[i]) "
+    "    AND NOT leased_expired(expiry_ns, now_ns) "
     "    RETURNING token, expiry_ns INTO tok, exp; "
     "   IF FOUND THEN code := 0; RETURN NEXT; CONTINUE; END IF; "
     "  END IF; "
@@ -145,47 +271,30 @@ static const char leased_decide[] =
     "  <<one>> LOOP "
     "   SELECT * INTO r FROM leased_leases WHERE session = s[i] FOR UPDATE; "
     "   had := FOUND; "
-    "   now_ns := leased_now(); "
-    "   live := had AND r.owner <> '' AND (now_ns < r.expiry_ns OR "
-    "    (r.generation < gen AND now_ns < qend)); "
-    "   IF op[i] = 1 THEN "
-    "    IF live THEN "
-    "     IF r.owner <> o[i] THEN code := 1; EXIT one; END IF; "
-    "     exp := greatest(now_ns + ttl, r.expiry_ns + 1); "
-    "     UPDATE leased_leases SET expiry_ns = exp WHERE session = s[i]; "
-    "     code := 0; tok := r.token; EXIT one; "
-    "    END IF; "
-    "    code := 0; exp := now_ns + ttl; "
-    "    IF had THEN "
-    "     tok := r.token + 1; "
-    "     flags := CASE WHEN r.owner <> '' THEN 3 ELSE 1 END; "
-    "     UPDATE leased_leases SET owner = o[i], token = tok, "
-    "      expiry_ns = exp, generation = gen WHERE session = s[i]; "
-    "     EXIT one; "
-    "    END IF; "
-    "    SELECT value + 1 INTO tok FROM leased_meta "
+    /* A new row starts above the floor: leased_rule adds the 1. */
+    "   IF NOT had AND op[i] = 1 THEN "
+    "    SELECT value INTO r.token FROM leased_meta "
     "     WHERE key = 'token_floor'; "
-    "    flags := 1; "
-    "    INSERT INTO leased_leases VALUES (s[i], o[i], tok, exp, gen) "
-    "     ON CONFLICT (session) DO NOTHING; "
-    "    IF FOUND THEN EXIT one; END IF; "
+    "   END IF; "
+    "   now_ns := leased_now(); "
+    "   d := leased_rule(op[i], had, r.owner, r.token, r.expiry_ns, "
+    "    leased_quarantined(r.generation, gen, qend, now_ns), o[i], t[i], "
+    "    now_ns, ttl); "
+    "   code := d.code; flags := d.flags; "
+    "   IF code <> 0 THEN EXIT one; END IF; "
+    "   tok := d.tok; exp := d.exp; "
+    /* A takeover stamps the row with this primary's generation. */
+    "   IF had THEN "
+    "    UPDATE leased_leases SET owner = d.owner, token = d.tok, "
+    "     expiry_ns = d.exp, generation = CASE WHEN d.flags & 1 = 1 "
+    "     THEN gen ELSE generation END WHERE session = s[i]; "
+    "    EXIT one; "
+    "   END IF; "
+    "   INSERT INTO leased_leases VALUES (s[i], d.owner, d.tok, d.exp, gen) "
+    "    ON CONFLICT (session) DO NOTHING; "
+    "   IF FOUND THEN EXIT one; END IF; "
     /* Another replica inserted it meanwhile: decide on its row. */
-    "    CONTINUE one; "
-    "   END IF; "
-    "   IF NOT had OR r.owner = '' OR r.owner <> o[i] "
-    "    OR r.token <> t[i] THEN "
-    "    code := CASE WHEN op[i] = 2 THEN 2 ELSE 3 END; EXIT one; "
-    "   END IF; "
-    "   code := 0; tok := r.token; "
-    "   IF op[i] = 2 THEN "
-    "    exp := greatest(now_ns + ttl, r.expiry_ns + 1); "
-    "    IF r.expiry_ns <= now_ns THEN flags := 4; END IF; "
-    "    UPDATE leased_leases SET expiry_ns = exp WHERE session = s[i]; "
-    "   ELSE "
-    "    exp := r.expiry_ns; "
-    "    UPDATE leased_leases SET owner = '' WHERE session = s[i]; "
-    "   END IF; "
-    "   EXIT one; "
+    "   CONTINUE one; "
     "  END LOOP; "
     "  RETURN NEXT; "
     " END LOOP; "
@@ -209,14 +318,15 @@ const char *const pgsql_schema[] = {
     "LANGUAGE sql STABLE AS "
     "$$ SELECT value FROM leased_meta WHERE key = k $$",
 
-    /* Live: held and not expired, or held since before the last change
-     * of primary while its quarantine lasts. */
-    "CREATE FUNCTION leased_live(r leased_leases, now_ns bigint) "
-    "RETURNS boolean LANGUAGE sql STABLE AS $$ SELECT r.owner <> '' AND "
-    "(now_ns < r.expiry_ns OR "
-    " (r.generation < leased_meta_value('generation') AND "
-    "  now_ns < leased_meta_value('quarantine_end_ns'))) $$",
-
+    /* The rules' words (SQL bodies are checked at creation: each after
+     * what it calls), then the rules, then what applies them. */
+    leased_expired,
+    leased_is_live,
+    leased_quarantined,
+    leased_holds,
+    leased_extend,
+    leased_live,
+    leased_rule,
     leased_decide,
 
     /* Rows expired or released for longer than a TTL, not quarantined,
@@ -250,11 +360,16 @@ const size_t pgsql_schema_count = sizeof(pgsql_schema) / sizeof(*pgsql_schema);
 /* Version 1 decided each call with a statement of its own (functions
  * leased_begin, leased_acquire, leased_renew and leased_release); they
  * stay for replicas of that version still running during the upgrade.
- * Versions 2 and 3 had older bodies of leased_decide (version 2 had no
- * short path for renewals, version 3 one UPDATE per renewal); this one
- * replaces theirs in place, deciding the same, so replicas of those
- * versions still running call it unchanged. */
-const char *const pgsql_upgrade[] = {leased_decide};
+ * Versions 2 to 4 had older bodies of leased_decide (version 2 had no
+ * short path for renewals, version 3 one UPDATE per renewal, version 4
+ * the rules written inline); this one replaces theirs in place,
+ * deciding the same, so replicas of those versions still running call it
+ * unchanged. Version 5 added leased_rule and the words it is made of,
+ * which leased_live now uses too (the same answers). */
+const char *const pgsql_upgrade[] = {
+    leased_expired, leased_is_live, leased_quarantined, leased_holds,
+    leased_extend,  leased_live,    leased_rule,        leased_decide,
+};
 const size_t pgsql_upgrade_count =
     sizeof(pgsql_upgrade) / sizeof(*pgsql_upgrade);
 

@@ -9,14 +9,14 @@
 
 #include <stddef.h>
 
-#define PGSQL_SCHEMA_VERSION 4
+#define PGSQL_SCHEMA_VERSION 5
 
 /* The schema, one statement each, created in this order in one
  * transaction. */
 extern const char *const pgsql_schema[];
 extern const size_t pgsql_schema_count;
 
-/* What turns a schema of an older version (1 to 3) into the current
+/* What turns a schema of an older version (1 to 4) into the current
  * one, in one transaction. */
 extern const char *const pgsql_upgrade[];
 extern const size_t pgsql_upgrade_count;

@@ -32,7 +32,7 @@ from harness import Leased, expect_code, status_of  # noqa: E402
 OK = grpc.StatusCode.OK
 HELD = grpc.StatusCode.FAILED_PRECONDITION
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
-SCHEMA_VERSION = "4"  # storage/pgsql.h
+SCHEMA_VERSION = "5"  # storage/pgsql.h
 
 _names = 0
 
@@ -762,6 +762,171 @@ def test_crossing_batches_never_deadlock():
         assert got == want, got[:300]
 
 
+# The rules in SQL (leased_rule) against the table of cases both
+# statements of them read (tests/rules_cases.txt) and random cases with
+# rules_decide's answers (tests/unit/rules_cases_gen.c).
+RULE_OPS = {"acquire": 1, "renew": 2, "release": 3, "revoke": 4}
+RULE_CODES = {"ok": 0, "held": 1, "lost": 2, "noop": 3}
+RULE_COLUMNS = ("n, op, had, r_owner, r_token, r_expiry, r_quarantined, "
+                "q_owner, q_token, now_ns, ttl, code, owner, tok, exp, flags")
+
+
+def rule_case_files():
+    """(the table, the generator), from meson's environment, else the
+    source tree and the build of $LEASED_BIN."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    table = os.environ.get("RULES_CASES") or os.path.join(
+        here, "..", "rules_cases.txt")
+    gen = os.environ.get("RULES_CASES_GEN") or os.path.join(
+        os.path.dirname(os.path.dirname(harness.leased_bin())), "tests",
+        "rules_cases_gen")
+    return table, gen
+
+
+def rule_case(line):
+    """One case of the table's format (its opening comment) as a row of
+    RULE_COLUMNS less n, in SQL; None for a blank or comment line."""
+    words = line.split("#", 1)[0].split()
+    if not words:
+        return None
+
+    def owner(w):
+        return "''::bytea" if w == '""' else "'%s'::bytea" % w
+
+    op = RULE_OPS[words.pop(0)]
+    if words[0] in ("none", "floor"):
+        # No row: leased_decide passes the floor as the row's token.
+        token = words[1] if words[0] == "floor" else "0"
+        del words[:2 if words[0] == "floor" else 1]
+        row = ["false", "NULL", token, "NULL", "NULL"]
+    else:
+        assert words[3] in ("q", "-"), line
+        row = ["true", owner(words[0]), words[1], words[2],
+               "true" if words[3] == "q" else "false"]
+        del words[:4]
+    q_owner, q_token, now, ttl, arrow, code = words[:6]
+    assert arrow == "->", line
+    after = words[6:9]
+    if code == "ok":
+        after = [owner(after[0]), after[1], after[2]]
+    else:
+        assert after == ["-", "-", "-"], line
+        after = ["NULL", "NULL", "NULL"]
+    assert len(words) == 10, line
+    return ([str(op)] + row + [owner(q_owner), q_token, now, ttl,
+                               str(RULE_CODES[code])] + after + [words[9]])
+
+
+def rule_cases_sql(cases):
+    """A temporary table rule_cases of cases (rows of rule_case())."""
+    return ("CREATE TEMP TABLE rule_cases (n int, op int, had boolean, "
+            "r_owner bytea, r_token bigint, r_expiry bigint, "
+            "r_quarantined boolean, q_owner bytea, q_token bigint, "
+            "now_ns bigint, ttl bigint, code int, owner bytea, tok bigint, "
+            "exp bigint, flags int);\n"
+            "INSERT INTO rule_cases VALUES %s;\n" % ",\n".join(
+                "(%d, %s)" % (n, ", ".join(c)) for n, c in enumerate(cases)))
+
+
+# leased_rule's answers that are not the case's: label|count, then up to
+# 5 of them (n|code|owner|tok|exp|flags) when list_them.
+def rule_mismatches_sql(label, list_them=False):
+    wrong = ("FROM rule_cases c, LATERAL leased_rule(c.op, c.had, c.r_owner,"
+             " c.r_token, c.r_expiry, c.r_quarantined, c.q_owner, c.q_token,"
+             " c.now_ns, c.ttl) d WHERE (d.code, d.owner, d.tok, d.exp, "
+             "d.flags) IS DISTINCT FROM (c.code, c.owner, c.tok, c.exp, "
+             "c.flags)")
+    sql = "SELECT '%s', count(*) %s;\n" % (label, wrong)
+    if list_them:
+        sql += ("SELECT c.n, d.code, d.owner, d.tok, d.exp, d.flags %s "
+                "ORDER BY c.n LIMIT 5;\n" % wrong)
+    return sql
+
+
+def rule_cases_of_both():
+    """The table's cases with their written answers, then the table's
+    and 2,000 random ones with rules_decide's: (lines, SQL rows)."""
+    table, gen = rule_case_files()
+    with open(table) as f:
+        lines = f.read().splitlines()
+    out = subprocess.run([gen, table, "20261205", "2000"], check=True,
+                         capture_output=True, text=True, timeout=60).stdout
+    lines += out.splitlines()
+    cases = [(ln, c) for ln, c in ((ln, rule_case(ln)) for ln in lines)
+             if c is not None]
+    return [ln for ln, _ in cases], [c for _, c in cases]
+
+
+def rules_database():
+    """A database with this leased's schema: its name."""
+    name, conninfo = new_database()
+    with Leased(ttl="20s", postgres=conninfo):
+        pass  # makes the schema
+    return name
+
+
+def test_leased_rule_decides_every_case_as_rules_decide():
+    # The SQL statement of the rules, with no table and no clock, gives
+    # the answers of the C one: the table's, as written, and those of
+    # 2,000 random cases, all in one query.
+    lines, cases = rule_cases_of_both()
+    table_cases = sum(1 for ln in open(rule_case_files()[0])
+                      if rule_case(ln) is not None)
+    assert table_cases >= 40 and len(cases) == 2 * table_cases + 2000
+    # The random cases meet every answer of every op, and every flag.
+    seen = {(c[0], c[10]) for c in cases[2 * table_cases:]}  # op, code
+    assert seen == {("1", "0"), ("1", "1"), ("2", "0"), ("2", "2"),
+                    ("3", "0"), ("3", "3"), ("4", "0"), ("4", "2"),
+                    ("4", "3")}, seen
+    assert {c[14] for c in cases[2 * table_cases:]} == {"0", "1", "3", "4"}
+    got = harness.shared_postgres().psql(
+        rule_cases_sql(cases) + rule_mismatches_sql("wrong", True),
+        dbname=rules_database()).splitlines()
+    assert got[0] == "wrong|0", "\n".join(
+        ["leased_rule answers otherwise:"] +
+        ["%s\n  SQL: %s" % (lines[int(r.split("|")[0])], r)
+         for r in got[1:]])
+
+
+# Broken copies of leased_rule and its words: (what, function, text of
+# its definition, replaced by). Each must be caught by the cases.
+RULE_BREAKS = [
+    ("extend without its + 1", "leased_extend", "expiry_ns + 1",
+     "expiry_ns"),
+    ("expired only after the expiry", "leased_expired",
+     "expiry_ns <= now_ns", "expiry_ns < now_ns"),
+    ("holds without the token", "leased_holds", " AND r_token = q_token",
+     ""),
+    ("a revoke with token 0 not for any holder", "leased_rule",
+     "q_token <> 0 AND ", ""),
+    ("a takeover of a held row not flagged", "leased_rule",
+     "THEN 3 ELSE 1", "THEN 1 ELSE 1"),
+    ("a takeover keeps the token", "leased_rule", "tok := r_token + 1",
+     "tok := r_token"),
+]
+
+
+def test_a_broken_leased_rule_is_caught():
+    # The negative control of the test above: each break of the SQL,
+    # made in a transaction rolled back after, makes some case's answer
+    # wrong; with the functions restored, none is.
+    _, cases = rule_cases_of_both()
+    sql = rule_cases_sql(cases) + rule_mismatches_sql("real")
+    for what, func, old, new in RULE_BREAKS:
+        sql += ("BEGIN;\nDO $b$ DECLARE f text := pg_get_functiondef("
+                "'%s'::regproc); g text := replace(f, '%s', '%s'); BEGIN "
+                "IF g = f THEN RAISE EXCEPTION 'no %s in %s'; END IF; "
+                "EXECUTE g; END $b$;\n" % (func, old, new, old, func)
+                + rule_mismatches_sql(what) + "ROLLBACK;\n")
+    sql += rule_mismatches_sql("restored")
+    got = dict(line.split("|") for line in harness.shared_postgres().psql(
+        sql, dbname=rules_database()).splitlines())
+    assert got.pop("real") == "0" and got.pop("restored") == "0", got
+    assert sorted(got) == sorted(b[0] for b in RULE_BREAKS), got
+    caught = {what: int(n) > 0 for what, n in got.items()}
+    assert all(caught.values()), caught
+
+
 # --- 2. Replicas starting at once on an empty database ------------------
 
 def test_replicas_starting_at_once_make_the_schema_once():
@@ -905,6 +1070,10 @@ def test_schema_of_version_2_is_upgraded_keeping_its_leases():
 
 def test_schema_of_version_3_is_upgraded_keeping_its_leases():
     upgraded_keeping_leases(3)
+
+
+def test_schema_of_version_4_is_upgraded_keeping_its_leases():
+    upgraded_keeping_leases(4)
 
 
 # --- 4. Bad configuration ------------------------------------------------

@@ -1,7 +1,9 @@
 /*
  * The lease rules (core/rules.h), decision by decision, over an explicit
  * clock: "A holds token 3 until t=30; at t=31 B acquires -> token 4,
- * expiry t=61". The engine's and the file-lock backend's own tests, the
+ * expiry t=61"; and tests/rules_cases.txt, the table of cases the SQL
+ * statement of the rules (storage/pgsql.c) is held to as well. The
+ * engine's and the file-lock backend's own tests, the
  * conformance suite and fuzz_engine check the backends that apply them.
  */
 #include <signal.h>
@@ -13,6 +15,7 @@
 
 #include "check.h"
 #include "rules.h"
+#include "rules_cases.h"
 
 #define S INT64_C(1000000000)
 #define TTL (30 * S)
@@ -424,6 +427,55 @@ TEST(tokens_are_monotonic_over_random_programs)
     CHECK(takeovers > 1000 && refusals > 1000 && reclaims > 10);
 }
 
+/* Every case of tests/rules_cases.txt ($RULES_CASES), through
+ * rules_decide: its code, the row it makes and the flags. The table
+ * must also keep a case of every kind of answer, so that a case deleted
+ * with its branch does not go unnoticed. */
+TEST(every_case_of_the_table_is_decided_as_written)
+{
+    const char *path = getenv("RULES_CASES");
+    CHECK(path != NULL);
+    FILE *f = path != NULL ? fopen(path, "r") : NULL;
+    CHECK(f != NULL);
+    if (f == NULL)
+        return;
+    char line[512], err[128];
+    int cases = 0;
+    bool seen[RULES_REVOKE + 1][RULES_NOOP + 1] = {{false}};
+    bool flags[8] = {false};
+    for (int n = 1; fgets(line, sizeof(line), f) != NULL; n++) {
+        struct rules_case c;
+        int rc = rules_case_parse(line, &c, err, sizeof(err));
+        if (rc < 0)
+            fprintf(stderr, "%s:%d: %s\n", path, n, err);
+        CHECK(rc >= 0);
+        if (rc <= 0)
+            continue;
+        cases++;
+        struct rules_answer a;
+        rules_case_run(&c, &a);
+        bool same = a.code == c.want.code &&
+                    strcmp(a.owner, c.want.owner) == 0 &&
+                    a.token == c.want.token && a.expiry == c.want.expiry &&
+                    a.flags == c.want.flags;
+        if (!same) {
+            fprintf(stderr, "%s:%d: rules_decide answers ", path, n);
+            rules_case_print(stderr, &c, &a);
+        }
+        CHECK(same);
+        seen[c.op][c.want.code] = true;
+        flags[c.want.flags & 7] = true;
+    }
+    fclose(f);
+    CHECK(cases >= 40);
+    CHECK(seen[RULES_ACQUIRE][RULES_OK] && seen[RULES_ACQUIRE][RULES_HELD]);
+    CHECK(seen[RULES_RENEW][RULES_OK] && seen[RULES_RENEW][RULES_LOST]);
+    CHECK(seen[RULES_RELEASE][RULES_OK] && seen[RULES_RELEASE][RULES_NOOP]);
+    CHECK(seen[RULES_REVOKE][RULES_OK] && seen[RULES_REVOKE][RULES_LOST] &&
+          seen[RULES_REVOKE][RULES_NOOP]);
+    CHECK(flags[0] && flags[1] && flags[3] && flags[4]);
+}
+
 /* Runs rules_decide with an op that is not one in a child; returns how
  * the child ended (its wait status). */
 static int decide_bad_op(int op)
@@ -468,4 +520,5 @@ CHECK_MAIN(acquire_free_takes_over_with_the_first_token,
            release_of_another_owners_or_a_missing_lease_frees_nothing,
            tokens_rise_on_takeovers_only,
            tokens_are_monotonic_over_random_programs,
-           an_unknown_op_aborts_instead_of_releasing)
+           an_unknown_op_aborts_instead_of_releasing,
+           every_case_of_the_table_is_decided_as_written)
