@@ -208,8 +208,20 @@ bool engine_live(const struct engine *e, const char *session,
  * or the floor if that is higher. */
 uint64_t engine_high_water(const struct engine *e);
 
-/* Checks the invariants of every entry; aborts on a violation. For tests
- * and debug builds. */
+/* Checks e's invariants (listed at engine_check() in engine.c): the hash
+ * table's structure and every entry's fields, which hold at any moment,
+ * even with changes unfinished; and when none is unfinished, what holds
+ * only between batches (no token above the high-water mark). Walks every
+ * bucket and hashes every session: O(buckets + entries), for tests and
+ * debug builds. On a violation it names the invariant on stderr and
+ * aborts, with or without NDEBUG (a caller that asks for the check wants
+ * it); it returns only if all hold. */
 void engine_check(const struct engine *e);
+
+/* engine_check(), and also that no change is unfinished: for the end of a
+ * batch, once every change of it was committed or undone (the daemon's
+ * batches end when their commit finishes them). Aborts as engine_check()
+ * does. */
+void engine_check_settled(const struct engine *e);
 
 #endif

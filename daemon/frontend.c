@@ -2,20 +2,38 @@
  * The gRPC front end (see frontend.h).
  *
  * Each lease, admin or unknown-method call is a struct rpc, used by one
- * thread at a time. Its states, and every edge move() allows:
+ * thread at a time. It moves through rpc_states[], a checked state machine
+ * (core/sm.h: in debug builds every move is checked against the table,
+ * and then rpc_invariant() checks the fields the new state promises):
  *
- *   REQUESTED  requested from the server; the completion-queue (CQ)
- *              thread gets it when a call arrives and requests a successor
- *     -> SENDING   answered at once: draining, no or a wrong bearer token,
- *                  bad input, queue full, or an unknown method
- *     -> AT_LOOP   queued for the loop
- *     -> DONE      the request failed: the server is shutting down
- *   AT_LOOP    owned by the loop
- *     -> READY     frontend_reply() puts it on the reply list (the loop)
- *   READY      on the reply list
- *     -> SENDING   the CQ thread takes the list and starts its reply
- *   SENDING    the final batch is pending
- *     -> DONE      it completed, or could not start: the rpc is freed
+ *                  +-------------------------------------+
+ *                  |                                     v
+ *   REQUESTED -----+------------------> SENDING -----> DONE
+ *        |                                 ^
+ *        v                                 |
+ *     AT_LOOP ----------> READY -----------+
+ *
+ *   REQUESTED  requested from the server; gRPC fills in its call when one
+ *              arrives, and the completion-queue (CQ) thread then requests
+ *              a successor. Initial.
+ *   AT_LOOP    a known method's call, decoded and queued for the loop,
+ *              which owns it until it answers; no reply built yet
+ *   READY      answered by the loop, on the reply list
+ *   SENDING    its final batch (status, and the message if any) is pending
+ *   DONE       freed. Final.
+ *
+ * The moves, and who makes them:
+ *   REQUESTED -> SENDING  CQ thread: answered at once (draining, no or a
+ *                         wrong bearer token, bad input, policy, queue
+ *                         full, or an unknown method); send_reply()
+ *   REQUESTED -> AT_LOOP  CQ thread: hand_off() queues it for the loop
+ *   REQUESTED -> DONE     CQ thread: the request failed, the server is
+ *                         shutting down (or it could not be made); rpc_free()
+ *   AT_LOOP   -> READY    the loop: frontend_reply() puts it on the reply
+ *                         list
+ *   READY     -> SENDING  CQ thread: send_replies() starts its reply
+ *   SENDING   -> DONE     CQ thread: the final batch completed, or could
+ *                         not start; rpc_free()
  *
  * An rpc has a tag for each of its batches (see struct frontend_tag):
  * `requested` (TAG_CALL: the call arrived, or the request failed),
@@ -76,6 +94,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "peers.h"
+#include "sm.h"
 #include "ttlheader.h"
 
 #define ARMED_PER_METHOD 16
@@ -101,27 +120,25 @@ enum rpc_state {
     RPC_NSTATES,
 };
 
-#define TO(s) (1u << (s))
-
-static const unsigned edges[RPC_NSTATES] = {
-    [RPC_REQUESTED] = TO(RPC_SENDING) | TO(RPC_AT_LOOP) | TO(RPC_DONE),
-    [RPC_AT_LOOP] = TO(RPC_READY),
-    [RPC_READY] = TO(RPC_SENDING),
-    [RPC_SENDING] = TO(RPC_DONE),
-};
-
-static const char *const state_names[RPC_NSTATES] = {
-    "REQUESTED", "AT_LOOP", "READY", "SENDING", "DONE",
+static const struct sm_conf rpc_states[RPC_NSTATES] = {
+    [RPC_REQUESTED] = {"REQUESTED", SM_INITIAL,
+                       SM_TO(RPC_SENDING) | SM_TO(RPC_AT_LOOP) |
+                           SM_TO(RPC_DONE)},
+    [RPC_AT_LOOP] = {"AT_LOOP", 0, SM_TO(RPC_READY)},
+    [RPC_READY] = {"READY", 0, SM_TO(RPC_SENDING)},
+    [RPC_SENDING] = {"SENDING", 0, SM_TO(RPC_DONE)},
+    [RPC_DONE] = {"DONE", SM_FINAL, 0},
 };
 
 struct rpc {
     struct request req; /* first: the loop sees only this */
     struct frontend_tag requested, handback, reply; /* see above */
     struct frontend *fe;
-    /* Atomic so that the hand-back from the loop (frontend_reply) orders
-     * the loop's writes to req before the CQ thread reads them in a way
-     * ThreadSanitizer can see; gRPC's queue orders them too. */
-    _Atomic enum rpc_state state;
+    /* enum rpc_state. Its state is atomic (sm.h), so that the hand-back
+     * from the loop (frontend_reply) orders the loop's writes to req
+     * before the CQ thread reads them in a way ThreadSanitizer can see;
+     * gRPC's queue orders them too. */
+    struct sm sm;
     bool unknown; /* requested for any method leased does not serve */
     grpc_call *call;
     gpr_timespec deadline;
@@ -193,25 +210,36 @@ static const grpc_status_code status_codes[] = {
     [REPLY_DENIED] = GRPC_STATUS_PERMISSION_DENIED,
 };
 
-/* Every state change: aborts on an edge the table above does not have. */
-static void move(struct rpc *r, enum rpc_state next)
+/* What each state promises of r's fields, checked by sm_move() in debug
+ * builds, on the thread that made the move (which owns r then). */
+static bool rpc_invariant(const struct sm *sm, int prev)
 {
-    enum rpc_state state = atomic_load(&r->state);
-    if (!(edges[state] & TO(next))) {
-        log_error("bad_transition", "what=rpc from=%s to=%s",
-                  state_names[state], state_names[next]);
-        abort();
+    const struct rpc *r = container_of(sm, struct rpc, sm);
+    (void)prev;
+    if (r->fe == NULL)
+        return false;
+    switch ((enum rpc_state)sm_state(sm)) {
+    case RPC_REQUESTED: /* no call yet: gRPC fills it in */
+        return r->call == NULL && r->body == NULL;
+    case RPC_AT_LOOP: /* a known method's, no reply built yet */
+    case RPC_READY:   /* the loop's answer is in req, the body is not */
+        return r->call != NULL && !r->unknown && r->body == NULL;
+    case RPC_SENDING: /* the final batch is on the call */
+        return r->call != NULL;
+    case RPC_DONE:
+        return true;
+    case RPC_NSTATES:
+        break;
     }
-    atomic_store(&r->state, next);
+    return false;
 }
 
 /* Aborts unless r is in state, the only one event can come in. */
 static void expect(struct rpc *r, enum rpc_state state, const char *event)
 {
-    enum rpc_state now = atomic_load(&r->state);
-    if (now != state) {
+    if (sm_state(&r->sm) != (int)state) {
         log_error("bad_event", "what=rpc event=%s state=%s", event,
-                  state_names[now]);
+                  sm_name(&r->sm));
         abort();
     }
 }
@@ -220,7 +248,7 @@ static void expect(struct rpc *r, enum rpc_state state, const char *event)
 static void rpc_free(struct rpc *r)
 {
     struct frontend *fe = r->fe;
-    move(r, RPC_DONE);
+    sm_move(&r->sm, RPC_DONE);
     codec_free(r->msg);
     admin_result_free(r->req.admin);
     policy_release(r->req.list_rule);
@@ -248,7 +276,7 @@ static struct rpc *rpc_new(struct frontend *fe)
     r->handback.kind = TAG_HANDBACK;
     r->reply.kind = TAG_REPLY;
     r->fe = fe;
-    atomic_init(&r->state, RPC_REQUESTED);
+    sm_init(&r->sm, rpc_states, rpc_invariant, RPC_REQUESTED);
     r->status_details = grpc_empty_slice();
     r->ttl.key = grpc_slice_from_static_string(TTLHEADER_KEY);
     r->ttl.value = grpc_empty_slice();
@@ -332,7 +360,7 @@ static void send_reply(struct rpc *r, grpc_status_code code,
     if (r->accepted_ns != 0)
         metrics_observe(&metrics.latency[m],
                         (double)(clock_mono_ns() - r->accepted_ns) / 1e9);
-    move(r, RPC_SENDING);
+    sm_move(&r->sm, RPC_SENDING);
     grpc_call_error err =
         grpc_call_start_batch(r->call, ops, n, &r->reply, NULL);
     if (err != GRPC_CALL_OK) {
@@ -418,7 +446,7 @@ static void hand_off(struct frontend *fe, struct rpc *r)
         return;
     }
     atomic_fetch_add(&metrics.queue_depth, 1);
-    move(r, RPC_AT_LOOP);
+    sm_move(&r->sm, RPC_AT_LOOP);
     r->req.next = NULL;
     pthread_mutex_lock(&fe->lock);
     if (fe->tail != NULL)
@@ -673,7 +701,7 @@ void frontend_reply(struct frontend *fe, struct request *req)
     struct frontend_tag *handback = &r->handback;
     atomic_fetch_sub(&fe->pending, 1);
     atomic_fetch_sub(&metrics.queue_depth, 1);
-    move(r, RPC_READY);
+    sm_move(&r->sm, RPC_READY);
     r->next_reply = NULL;
     pthread_mutex_lock(&fe->lock);
     bool first = fe->replies == NULL;

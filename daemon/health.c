@@ -2,42 +2,68 @@
  * grpc.health.v1 (see health.h).
  *
  * Each Check or Watch call is a struct health_call, on the
- * completion-queue thread only. Its states, and every edge move()
- * allows:
- *
- *   REQUESTED      requested from the server, no call yet
- *     -> REPLYING      a Check, or a malformed request: the one reply
- *                      batch (status, message, close) is started
- *     -> WATCHING      a Watch: its close batch is started
- *     -> DONE          the request failed: the server is shutting down
- *   REPLYING       the reply batch is pending
- *     -> DONE          it completed, or could not start
- *
- * A Watch stream has two batches, each with its own tag: RECV_CLOSE_ON_
+ * completion-queue (CQ) thread only. It moves through call_states[], a
+ * checked state machine (core/sm.h: in debug builds every move is checked
+ * against the table, and then call_invariant() checks the fields the new
+ * state promises). A Check has one batch: its reply (status, message,
+ * close). A Watch stream has two, each with its own tag: RECV_CLOSE_ON_
  * SERVER (`closed`), pending from the start until the call is over, and
  * at most one send at a time (`sent`), a status message or, to end the
  * stream, the final status. Its states are which send is pending, and
  * whether the call is over:
  *
- *   WATCHING       up to date; only the close batch is pending
- *     -> SENDING       a new status went out
- *     -> ENDING        draining, and NOT_SERVING was sent: the end goes out
- *     -> ENDED         a send could not start; the call is cancelled
- *     -> DONE          the call is over (the client went away), or the
- *                      close batch could not start
- *   SENDING        a status message is pending
- *     -> WATCHING      it was sent; what changed meanwhile goes out next
- *     -> ENDED         it failed: the stream broke, its close follows
- *     -> CLOSED_SENDING  the call is over first
- *   ENDING         the final status is pending
- *     -> ENDED         it completed
- *     -> CLOSED_SENDING  the call is over first
- *   ENDED          nothing more will be sent; waiting for the close
- *     -> DONE          the call is over
- *   CLOSED_SENDING the call is over; a send is still pending
- *     -> DONE          it completed
+ *   REQUESTED ---> REPLYING ---> DONE
+ *     |    |
+ *     |    +-----> DONE
+ *     v
+ *   WATCHING <---> SENDING ---> CLOSED_SENDING ---> DONE
+ *     | | |          |          ^
+ *     | | |          v          |
+ *     | | +------> ENDED <----- ENDING
+ *     | |            |          ^
+ *     | |            +--> DONE  |
+ *     | +-----------------------+
+ *     +--> DONE
  *
- * DONE frees the call, which is on h->watchers from WATCHING on.
+ *   REQUESTED      requested from the server, no call yet. Initial.
+ *   REPLYING       a Check's (or a malformed request's) reply batch is
+ *                  pending
+ *   WATCHING       a Watch, up to date; only the close batch is pending
+ *   SENDING        a status message is pending
+ *   ENDING         draining: the final status is pending
+ *   ENDED          nothing more will be sent; waiting for the close
+ *   CLOSED_SENDING the call is over; a send is still pending
+ *   DONE           freed. Final.
+ *
+ * A call is on h->watchers from WATCHING on, until DONE.
+ *
+ * The moves, all on the CQ thread, and the functions that make them:
+ *   REQUESTED -> REPLYING   accept_call() -> reply(): a Check, or a
+ *                           malformed request; the one reply batch starts
+ *   REQUESTED -> WATCHING   accept_call() -> watch_start(): a Watch; its
+ *                           close batch starts
+ *   REQUESTED -> DONE       health_on_event() -> finish(): the request
+ *                           failed, the server is shutting down (or arm()
+ *                           could not make it)
+ *   REPLYING  -> DONE       on_sent() -> finish(): the reply completed;
+ *                           or reply(): it could not start
+ *   WATCHING  -> SENDING    watch_update(): a new status went out
+ *   WATCHING  -> ENDING     watch_update(): draining, and NOT_SERVING was
+ *                           sent: the end goes out
+ *   WATCHING  -> ENDED      watch_update(): a send could not start; the
+ *                           call is cancelled
+ *   WATCHING  -> DONE       on_closed() -> finish(): the call is over
+ *                           (the client went away); or watch_start(): the
+ *                           close batch could not start
+ *   SENDING   -> WATCHING   on_sent(): it was sent; what changed meanwhile
+ *                           goes out next (watch_update())
+ *   SENDING   -> ENDED      on_sent(): it failed: the stream broke, its
+ *                           close follows
+ *   SENDING   -> CLOSED_SENDING  on_closed(): the call is over first
+ *   ENDING    -> ENDED      on_sent(): the final status completed
+ *   ENDING    -> CLOSED_SENDING  on_closed(): the call is over first
+ *   ENDED     -> DONE       on_closed() -> finish(): the call is over
+ *   CLOSED_SENDING -> DONE  on_sent() -> finish(): the send completed
  */
 #include "health.h"
 
@@ -50,6 +76,7 @@
 #include "codec.h"
 #include "log.h"
 #include "metrics.h"
+#include "sm.h"
 
 #define container_of(p, type, member) \
     ((type *)((char *)(p) - offsetof(type, member)))
@@ -69,27 +96,26 @@ enum health_state {
     H_NSTATES,
 };
 
-#define TO(s) (1u << (s))
-
-static const unsigned edges[H_NSTATES] = {
-    [H_REQUESTED] = TO(H_REPLYING) | TO(H_WATCHING) | TO(H_DONE),
-    [H_REPLYING] = TO(H_DONE),
-    [H_WATCHING] = TO(H_SENDING) | TO(H_ENDING) | TO(H_ENDED) | TO(H_DONE),
-    [H_SENDING] = TO(H_WATCHING) | TO(H_ENDED) | TO(H_CLOSED_SENDING),
-    [H_ENDING] = TO(H_ENDED) | TO(H_CLOSED_SENDING),
-    [H_ENDED] = TO(H_DONE),
-    [H_CLOSED_SENDING] = TO(H_DONE),
-};
-
-static const char *const state_names[H_NSTATES] = {
-    "REQUESTED", "REPLYING", "WATCHING",       "SENDING",
-    "ENDING",    "ENDED",    "CLOSED_SENDING", "DONE",
+static const struct sm_conf call_states[H_NSTATES] = {
+    [H_REQUESTED] = {"REQUESTED", SM_INITIAL,
+                     SM_TO(H_REPLYING) | SM_TO(H_WATCHING) | SM_TO(H_DONE)},
+    [H_REPLYING] = {"REPLYING", 0, SM_TO(H_DONE)},
+    [H_WATCHING] = {"WATCHING", 0,
+                    SM_TO(H_SENDING) | SM_TO(H_ENDING) | SM_TO(H_ENDED) |
+                        SM_TO(H_DONE)},
+    [H_SENDING] = {"SENDING", 0,
+                   SM_TO(H_WATCHING) | SM_TO(H_ENDED) |
+                       SM_TO(H_CLOSED_SENDING)},
+    [H_ENDING] = {"ENDING", 0, SM_TO(H_ENDED) | SM_TO(H_CLOSED_SENDING)},
+    [H_ENDED] = {"ENDED", 0, SM_TO(H_DONE)},
+    [H_CLOSED_SENDING] = {"CLOSED_SENDING", 0, SM_TO(H_DONE)},
+    [H_DONE] = {"DONE", SM_FINAL, 0},
 };
 
 struct health_call {
     struct frontend_tag requested, sent, closed; /* see above */
     struct health *h;
-    enum health_state state;
+    struct sm sm; /* enum health_state */
     bool watch;    /* Watch rather than Check */
     bool known;    /* the service asked about is one we serve */
     int last_sent; /* Watch: the status last sent; 0: none yet */
@@ -103,29 +129,58 @@ struct health_call {
     struct health_call *next_watcher;
 };
 
-/* Every state change: aborts on an edge the table above does not have. */
-static void move(struct health_call *c, enum health_state next)
+/* Whether c is on h->watchers. */
+static bool listed(const struct health_call *c)
 {
-    if (!(edges[c->state] & TO(next))) {
-        log_error("bad_transition", "what=health from=%s to=%s",
-                  state_names[c->state], state_names[next]);
-        abort();
+    for (const struct health_call *w = c->h->watchers; w != NULL;
+         w = w->next_watcher)
+        if (w == c)
+            return true;
+    return false;
+}
+
+/* What each state promises of c's fields, checked by sm_move() in debug
+ * builds (walking h->watchers: a debug build's cost). */
+static bool call_invariant(const struct sm *sm, int prev)
+{
+    const struct health_call *c = container_of(sm, struct health_call, sm);
+    (void)prev;
+    switch ((enum health_state)sm_state(sm)) {
+    case H_REQUESTED: /* no call yet: gRPC fills it in */
+        return c->call == NULL && !listed(c);
+    case H_REPLYING:
+        return c->call != NULL && !listed(c);
+    case H_WATCHING:
+    case H_ENDED:
+        return c->watch && c->call != NULL && listed(c);
+    case H_ENDING: /* the end goes out only once draining */
+        if (!c->h->draining)
+            return false;
+        /* fall through */
+    case H_SENDING:
+    case H_CLOSED_SENDING: /* a send of a status already chosen */
+        return c->watch && c->call != NULL && listed(c) &&
+               c->last_sent != 0 && c->body != NULL;
+    case H_DONE:
+        return !listed(c);
+    case H_NSTATES:
+        break;
     }
-    c->state = next;
+    return false;
 }
 
 /* -> DONE: frees c. */
 static void finish(struct health_call *c)
 {
     struct health *h = c->h;
-    bool listed = c->state != H_REQUESTED && c->state != H_REPLYING;
-    move(c, H_DONE);
-    if (listed) {
+    int state = sm_state(&c->sm);
+    if (state != H_REQUESTED && state != H_REPLYING) {
         struct health_call **p = &h->watchers;
         while (*p != c)
             p = &(*p)->next_watcher;
         *p = c->next_watcher;
     }
+    sm_move(&c->sm, H_DONE); /* off the list: DONE's invariant */
     grpc_byte_buffer_destroy(c->payload);
     grpc_byte_buffer_destroy(c->body);
     grpc_slice_unref(c->details);
@@ -147,8 +202,8 @@ static void arm(struct health *h, bool watch)
     c->sent.kind = TAG_HEALTH_SENT;
     c->closed.kind = TAG_HEALTH_CLOSED;
     c->h = h;
-    c->state = H_REQUESTED;
     c->watch = watch;
+    sm_init(&c->sm, call_states, call_invariant, H_REQUESTED);
     c->details = grpc_empty_slice();
     grpc_metadata_array_init(&c->metadata);
     h->live++;
@@ -198,7 +253,7 @@ static void reply(struct health_call *c, grpc_status_code code,
     ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
     metrics_count_request(c->watch ? MM_HEALTH_WATCH : MM_HEALTH_CHECK,
                           (int)code);
-    move(c, H_REPLYING);
+    sm_move(&c->sm, H_REPLYING);
     grpc_call_error err = grpc_call_start_batch(c->call, ops, n, &c->sent,
                                                 NULL);
     if (err != GRPC_CALL_OK) {
@@ -214,7 +269,7 @@ static void reply(struct health_call *c, grpc_status_code code,
 static void watch_update(struct health_call *c)
 {
     struct health *h = c->h;
-    if (c->state != H_WATCHING)
+    if (sm_state(&c->sm) != H_WATCHING)
         return;
     int want = c->known ? h->status : SERVICE_UNKNOWN;
     grpc_op ops[2];
@@ -243,16 +298,16 @@ static void watch_update(struct health_call *c)
         grpc_call_cancel(c->call, NULL);
         next = H_ENDED;
     }
-    move(c, next);
+    sm_move(&c->sm, next);
 }
 
 /* REQUESTED -> WATCHING: the stream opens. */
 static void watch_start(struct health_call *c)
 {
     struct health *h = c->h;
-    move(c, H_WATCHING);
     c->next_watcher = h->watchers;
     h->watchers = c;
+    sm_move(&c->sm, H_WATCHING); /* listed first: WATCHING's invariant */
     grpc_op op;
     memset(&op, 0, sizeof(op));
     op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
@@ -307,24 +362,24 @@ static void accept_call(struct health_call *c)
 static void unexpected(struct health_call *c, const char *event)
 {
     log_error("bad_event", "what=health event=%s state=%s", event,
-              state_names[c->state]);
+              sm_name(&c->sm));
     abort();
 }
 
 /* A send batch completed: a reply, a status message or a stream's end. */
 static void on_sent(struct health_call *c, bool success)
 {
-    switch (c->state) {
+    switch ((enum health_state)sm_state(&c->sm)) {
     case H_REPLYING:
     case H_CLOSED_SENDING:
         finish(c);
         return;
     case H_SENDING:
-        move(c, success ? H_WATCHING : H_ENDED);
+        sm_move(&c->sm, success ? H_WATCHING : H_ENDED);
         watch_update(c);
         return;
     case H_ENDING:
-        move(c, H_ENDED);
+        sm_move(&c->sm, H_ENDED);
         return;
     default:
         unexpected(c, "sent");
@@ -334,14 +389,14 @@ static void on_sent(struct health_call *c, bool success)
 /* A Watch call is over. */
 static void on_closed(struct health_call *c)
 {
-    switch (c->state) {
+    switch ((enum health_state)sm_state(&c->sm)) {
     case H_WATCHING:
     case H_ENDED:
         finish(c);
         return;
     case H_SENDING:
     case H_ENDING:
-        move(c, H_CLOSED_SENDING);
+        sm_move(&c->sm, H_CLOSED_SENDING);
         return;
     default:
         unexpected(c, "closed");
@@ -355,7 +410,7 @@ void health_on_event(struct health *h, struct frontend_tag *tag,
     switch (tag->kind) {
     case TAG_HEALTH_CALL:
         c = container_of(tag, struct health_call, requested);
-        if (c->state != H_REQUESTED)
+        if (sm_state(&c->sm) != H_REQUESTED)
             unexpected(c, "requested");
         h->armed--;
         if (success)

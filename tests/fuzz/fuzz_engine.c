@@ -23,7 +23,8 @@
  * Changes stay pending until an instruction finishes them, as in the
  * daemon's batches; the model applies committed ones to its own "store"
  * (checking each change's `before` against it, as storage does) and that
- * store is what a restart loads. After every step engine_check() runs and
+ * store is what a restart loads. After every step engine_check() runs
+ * (engine_check_settled() too once every change is finished), and
  * every observable is compared with the model: each result's status,
  * token and expiry, each change's rows and durability, every session's
  * row and liveness, the entry count, the floor, the quarantine end and
@@ -277,6 +278,7 @@ static void finish_all(bool committed)
             undo_newest();
     }
     m.head = m.tail = 0;
+    engine_check_settled(m.e); /* between batches: nothing unfinished */
 }
 
 /* Room for a few more pending changes: commits them when the list is

@@ -3,8 +3,12 @@
  * t=31 B acquires -> token 2". Every change is committed at once unless a
  * case says otherwise, and the invariants are checked after each step.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "engine.h"
@@ -22,9 +26,10 @@ static void setup(void)
     CHECK(E != NULL);
 }
 
+/* Every case ends between batches: nothing left unfinished. */
 static void teardown(void)
 {
-    engine_check(E);
+    engine_check_settled(E);
     engine_destroy(E);
     E = NULL;
 }
@@ -407,6 +412,181 @@ TEST(count_live_counts_at_once_and_leaves_the_census_alone)
     teardown();
 }
 
+/* One batch of the daemon's shape: every change of it is made at now,
+ * then all are committed in order, or all undone in reverse order. */
+struct batch {
+    struct engine_change c[8];
+    size_t n;
+};
+
+static void batch_acq(struct batch *b, int64_t t, const char *s,
+                      const char *o)
+{
+    struct engine_grant g;
+    if (engine_acquire(E, T0 + t * S, s, strlen(s), o, strlen(o), &g,
+                       &b->c[b->n]) == ENGINE_OK)
+        b->n++;
+    engine_check(E); /* mid-batch: what holds at any moment */
+}
+
+static void batch_ren(struct batch *b, int64_t t, const char *s,
+                      const char *o, uint64_t token)
+{
+    struct engine_grant g;
+    if (engine_renew(E, T0 + t * S, s, strlen(s), o, strlen(o), token, &g,
+                     &b->c[b->n]) == ENGINE_OK)
+        b->n++;
+    engine_check(E);
+}
+
+static void batch_rel(struct batch *b, const char *s, const char *o,
+                      uint64_t token)
+{
+    if (engine_release(E, s, strlen(s), o, strlen(o), token, &b->c[b->n]) ==
+        ENGINE_OK)
+        b->n++;
+    engine_check(E);
+}
+
+static void batch_end(struct batch *b, bool committed)
+{
+    for (size_t i = 0; i < b->n; i++)
+        engine_finish(E, &b->c[committed ? i : b->n - 1 - i], committed);
+    b->n = 0;
+    engine_check_settled(E);
+}
+
+TEST(check_holds_between_batches_of_a_script)
+{
+    setup();
+    /* Stored before a restart: a held lease and a tombstone. */
+    struct lease_row held = {"q", 1, "Q", 1, 7, T0 - S};
+    struct lease_row tomb = {"t", 1, "", 0, 4, T0 - S};
+    CHECK_EQ_I64(engine_load(E, &held), ENGINE_OK);
+    CHECK_EQ_I64(engine_load(E, &tomb), ENGINE_OK);
+    engine_check_settled(E);
+
+    struct batch b = {.n = 0};
+    /* t=0: A takes s (1: floor + 1), B takes over the tombstone t (5),
+     * Q renews its quarantined lease. */
+    batch_acq(&b, 0, "s", "A");
+    batch_acq(&b, 0, "t", "B");
+    batch_ren(&b, 0, "q", "Q", 7);
+    CHECK_EQ_I64(b.n, 3);
+    batch_end(&b, true);
+    CHECK_EQ_U64(engine_high_water(E), 7); /* q's, loaded */
+
+    /* t=10: B releases t, C takes it over in the same batch; A renews.
+     * The commit fails: all undone, the settled check still holds. */
+    batch_rel(&b, "t", "B", 5);
+    batch_acq(&b, 10, "t", "C");
+    batch_ren(&b, 10, "s", "A", 1);
+    CHECK_EQ_I64(b.n, 3);
+    batch_end(&b, false);
+    /* The same batch again, committed. */
+    batch_rel(&b, "t", "B", 5);
+    batch_acq(&b, 10, "t", "C");
+    batch_ren(&b, 10, "s", "A", 1);
+    batch_end(&b, true);
+    CHECK_EQ_U64(engine_high_water(E), 7);
+
+    /* t=45: s (expired at 40) goes to D (2); C releases t (6). */
+    batch_acq(&b, 45, "s", "D");
+    batch_rel(&b, "t", "C", 6);
+    CHECK_EQ_I64(b.n, 2);
+    batch_end(&b, true);
+
+    /* t=110: collection, once undone, then committed: the tombstone t,
+     * q (expired at 30) and s (at 75) go, and the floor takes their
+     * highest token, q's 7. */
+    struct engine_change c[64];
+    size_t n = engine_collect(E, T0 + 110 * S, c, 64);
+    CHECK_EQ_I64(n, 3);
+    engine_check(E);
+    for (size_t i = n; i-- > 0;)
+        engine_finish(E, &c[i], false);
+    engine_check_settled(E);
+    CHECK_EQ_I64(engine_count(E), 3);
+    n = engine_collect(E, T0 + 110 * S, c, 64);
+    for (size_t i = 0; i < n; i++)
+        engine_finish(E, &c[i], true);
+    engine_check_settled(E);
+    CHECK_EQ_I64(engine_count(E), 0);
+    CHECK_EQ_U64(engine_floor(E), 7);
+
+    /* t=111: a session with no entry starts above the floor. */
+    batch_acq(&b, 111, "s", "E");
+    batch_end(&b, true);
+    struct lease_row row;
+    CHECK(engine_get(E, "s", 1, &row));
+    CHECK_EQ_U64(row.token, 8);
+    CHECK_EQ_U64(engine_high_water(E), 8);
+    teardown();
+}
+
+/* Runs fn in a child; returns how the child ended (its wait status). */
+static int in_child(void (*fn)(void))
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct rlimit none = {0, 0};
+        setrlimit(RLIMIT_CORE, &none); /* no core file */
+        fn();
+        _exit(0); /* the check passed: the case fails */
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    return status;
+}
+
+static bool aborted(int status)
+{
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+
+static void leave_a_change_unfinished(void)
+{
+    struct engine_change c;
+    struct engine_grant g;
+    engine_acquire(E, T0, "s", 1, "A", 1, &g, &c);
+    engine_check(E); /* holds mid-batch */
+    engine_check_settled(E); /* but this batch never ended */
+}
+
+/* A caller that writes through the session string engine_get() lends it
+ * (const, and borrowed): the entry no longer hashes to its bucket. */
+static void scribble_on_a_borrowed_session(void)
+{
+    acq(0, "session", "A", NULL);
+    struct lease_row row;
+    engine_get(E, "session", 7, &row);
+    ((char *)row.session)[0] ^= 1;
+    engine_check(E);
+}
+
+/* Storage handing over a held row with no token: no takeover makes one. */
+static void load_a_held_row_with_token_zero(void)
+{
+    struct lease_row row = {"s", 1, "A", 1, 0, T0};
+    engine_load(E, &row);
+    engine_check(E);
+}
+
+TEST(check_catches_a_corrupted_engine)
+{
+    void (*cases[])(void) = {leave_a_change_unfinished,
+                             scribble_on_a_borrowed_session,
+                             load_a_held_row_with_token_zero};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        setup();
+        CHECK(aborted(in_child(cases[i])));
+        engine_check_settled(E); /* the child's harm stayed there */
+        engine_destroy(E);
+        E = NULL;
+    }
+}
+
 CHECK_MAIN(first_takeover_gets_token_one,
            count_live_counts_at_once_and_leaves_the_census_alone, other_owner_held_until_expiry,
            same_owner_reacquire_keeps_token,
@@ -421,4 +601,6 @@ CHECK_MAIN(first_takeover_gets_token_one,
            quarantined_owner_can_renew, undo_restores_every_kind_of_change,
            collect_keeps_tokens_rising, collect_undo_puts_entry_back,
            many_sessions_grow_the_table,
-           census_counts_live_leases_a_slice_at_a_time)
+           census_counts_live_leases_a_slice_at_a_time,
+           check_holds_between_batches_of_a_script,
+           check_catches_a_corrupted_engine)
