@@ -663,8 +663,10 @@ static void process(struct embedded *s)
         maybe_sync(s);
     }
 #ifdef LEASED_CHECKS
-    if (!s->committing)
-        engine_check(s->engine); /* no tentative change between batches */
+    if (s->committing)
+        engine_check(s->engine); /* this batch's changes are unfinished */
+    else
+        engine_check_settled(s->engine);
 #endif
 }
 
