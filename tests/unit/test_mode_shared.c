@@ -206,6 +206,10 @@ static void begin_case(size_t nconns)
     h->srv = mode_shared_create(&h->loop, dbs, nconns, LONG_TTL_NS, &hooks);
     if (h->srv == NULL)
         abort();
+    /* A fixed key instead of a random one, so that which sessions share
+     * an order counter (and wait for each other) is the same in every
+     * run: none of the cases' sessions do (distinct_slots). */
+    h->srv->order_key = (struct siphash_key){1, 2};
     RUN_UNTIL(fake_pg_returned(h->fake, FAKE_PG_COLLECT) == 1 &&
               all_on_loop());
     CHECK_EQ_U64(h->nstorage, 0); /* serving from the start */
@@ -293,6 +297,22 @@ static void submit(struct request **rs, size_t n)
            sizeof((struct request *[]){__VA_ARGS__}) /                     \
                sizeof(struct request *))
 
+/* Whether the sessions' calls have order counters of their own. */
+static bool distinct_slots(const char *const *sessions, size_t n)
+{
+    uint32_t slots[16];
+    for (size_t i = 0; i < n && i < 16; i++) {
+        struct request r;
+        lease_req(&r, OP_ACQUIRE, sessions[i], "o", 0);
+        mode_order_slot(h->srv, &r);
+        slots[i] = r.order_slot;
+        for (size_t j = 0; j < i; j++)
+            if (slots[j] == slots[i])
+                return false;
+    }
+    return true;
+}
+
 static size_t sent(size_t conn, size_t *sizes, size_t max)
 {
     return fake_pg_sent(h->fake, conn, sizes, max);
@@ -337,6 +357,7 @@ TEST(takeover_answered_only_after_its_batch_committed)
 TEST(one_session_decided_in_arrival_order_across_connections)
 {
     begin_case(2);
+    CHECK(distinct_slots((const char *[]){"s1", "s2", "s3"}, 3));
     fake_pg_hold_batches(h->fake, true);
     struct request a, x, rel, b, c;
     acquire(&a, "s1", "alice");
@@ -572,6 +593,8 @@ TEST(admin_calls_take_turns_with_a_stream_of_batches)
 TEST(wanted_follows_the_pipelines)
 {
     begin_case(2);
+    CHECK(distinct_slots(
+        (const char *[]){"s1", "s2", "s3", "s4", "s5", "s6"}, 6));
     CHECK_EQ_U64(h->wanted, 1);
     fake_pg_hold_batches(h->fake, true);
     struct request a, b, c[3], d;
