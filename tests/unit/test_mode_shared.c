@@ -399,6 +399,41 @@ TEST(one_session_decided_in_arrival_order_across_connections)
     end_case();
 }
 
+/* The database's clock decides expiry: once alice's lease has run out
+ * on it, bob takes s1 over (token 2, an expiry from the database's now),
+ * and the mode counts what the database said it did: a takeover that
+ * ended an expired lease; alice's renewal is then refused. The minute
+ * the database's clock jumped between two batches on one connection is
+ * counted as a step of its host's clock. */
+TEST(expiry_is_decided_on_the_database_clock)
+{
+    begin_case(1);
+    struct request a, b, r;
+    acquire(&a, "s1", "alice");
+    SUBMIT(&a);
+    RUN_UNTIL(answered(&a));
+    CHECK_EQ_I64(a.status, REPLY_OK);
+    int64_t later = a.grant_expiry_ns + 1;
+    fake_pg_set_now(h->fake, later);
+    uint64_t takeovers = atomic_load(&metrics.takeovers);
+    uint64_t expiries = atomic_load(&metrics.expiries);
+    uint64_t steps = atomic_load(&metrics.pg_clock_steps);
+    acquire(&b, "s1", "bob");
+    SUBMIT(&b);
+    RUN_UNTIL(answered(&b));
+    CHECK_EQ_I64(b.status, REPLY_OK);
+    CHECK_EQ_U64(b.grant_token, 2);
+    CHECK_EQ_I64(b.grant_expiry_ns, later + LONG_TTL_NS);
+    CHECK_EQ_U64(atomic_load(&metrics.takeovers), takeovers + 1);
+    CHECK_EQ_U64(atomic_load(&metrics.expiries), expiries + 1);
+    CHECK_EQ_U64(atomic_load(&metrics.pg_clock_steps), steps + 1);
+    lease_req(&r, OP_RENEW, "s1", "alice", 1);
+    SUBMIT(&r);
+    RUN_UNTIL(answered(&r));
+    CHECK_EQ_I64(r.status, REPLY_HELD);
+    end_case();
+}
+
 /* A connection whose socket is full keeps what was sent until it is
  * writable: the batch reaches the database only then. */
 TEST(a_full_socket_sends_once_writable)
@@ -654,6 +689,7 @@ TEST(close_waits_for_batches_and_jobs_in_flight)
 
 CHECK_MAIN(takeover_answered_only_after_its_batch_committed,
            one_session_decided_in_arrival_order_across_connections,
+           expiry_is_decided_on_the_database_clock,
            a_full_socket_sends_once_writable,
            lost_connection_refuses_and_reconnects,
            failed_batch_answers_only_its_calls,
