@@ -14,10 +14,11 @@
  * says what may follow what, in one place a reader can check against the
  * file's header comment.
  *
- * The checks are assert()s: they run in debug builds (buildtype debug and
+ * A move the table lacks, or a start in a state not flagged initial,
+ * names both states on stderr and aborts, in every build: a bit test per
+ * move. The invariant callbacks run in debug builds (buildtype debug and
  * debugoptimized, the default) and are compiled out with NDEBUG (release
- * builds: b_ndebug=if-release), where sm_move() is one store. A failed
- * check names both states on stderr, then aborts as assert() does.
+ * builds: b_ndebug=if-release); a failed one aborts the same way.
  *
  * Invariants:
  *  (1) the state is always one whose table entry has a name;
@@ -72,15 +73,15 @@ struct sm {
 
 /* Starts sm in state, which conf flags SM_INITIAL, and checks the
  * invariant. conf (a table indexed by state) is borrowed and must outlive
- * sm; invariant may be NULL. Debug builds abort on a state that is not
- * initial or an invariant that fails. */
+ * sm; invariant may be NULL. Aborts on a state that is not initial
+ * (every build) or an invariant that fails (debug builds). */
 void sm_init(struct sm *sm, const struct sm_conf *conf,
              bool (*invariant)(const struct sm *sm, int prev), int state);
 
-/* Moves sm to next, then checks the invariant. Debug builds abort when
- * the table has no such move (next out of range, or the current state's
- * `allowed` lacks it) or the invariant fails for next; in release builds
- * the move is only made. */
+/* Moves sm to next, then checks the invariant. Aborts when the table has
+ * no such move (next out of range, or the current state's `allowed` lacks
+ * it), in every build; debug builds also when the invariant fails for
+ * next. */
 void sm_move(struct sm *sm, int next);
 
 /* The current state. */
