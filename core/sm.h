@@ -39,7 +39,13 @@
 #define LEASED_SM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+/* The object of type `type` whose member `member` p points to: an
+ * invariant's owner from its struct sm, an rpc from its gRPC tag. */
+#define container_of(p, type, member) \
+    ((type *)((char *)(p) - offsetof(type, member)))
 
 /* The states of a machine are 0 .. SM_STATES_MAX - 1 (the bits of
  * struct sm_conf's `allowed`). */

@@ -108,9 +108,6 @@
 
 _Static_assert(NMETHODS == OP_SNAPSHOT + 1, "one registered method per op");
 
-#define container_of(p, type, member) \
-    ((type *)((char *)(p) - offsetof(type, member)))
-
 enum rpc_state {
     RPC_REQUESTED,
     RPC_AT_LOOP,

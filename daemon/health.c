@@ -78,9 +78,6 @@
 #include "metrics.h"
 #include "sm.h"
 
-#define container_of(p, type, member) \
-    ((type *)((char *)(p) - offsetof(type, member)))
-
 /* grpc.health.v1 ServingStatus numbers. */
 enum { SERVING = 1, NOT_SERVING = 2, SERVICE_UNKNOWN = 3 };
 

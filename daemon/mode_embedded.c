@@ -56,8 +56,17 @@
  * supervisor to restart it, which re-reads the disk under a fresh restart
  * quarantine).
  *
+ * The commit slot is one state machine (core/sm.h):
+ *
+ *   IDLE --> BATCH  a batch's changes     (process)       --> IDLE
+ *        --> PROBE  a write of its own while owner changes fail
+ *        --> TTL    the TTL a restart must wait for   --> IDLE
+ *
+ * and each commit ends in commit_done(), back to IDLE (a failed sync of
+ * a probe or of the TTL ends the process there instead).
+ *
  * The engine and the store are touched only by the loop, and by the
- * commit worker only while `committing`: then the worker reads the
+ * commit worker only while the slot is not IDLE: then the worker reads the
  * batch's changes, and the loop makes no change but a renewal of another
  * session (the short path, which writes no string the worker reads); the
  * sync worker touches only store_sync(). Every write after start is the
@@ -83,6 +92,7 @@
 #include "metrics.h"
 #include "mode.h"
 #include "rules.h"
+#include "sm.h"
 #include "store.h"
 
 #define MAX_BATCH 4096
@@ -104,20 +114,21 @@ struct embedded {
 
     struct mode_queue pending;
 
-    /* The batch being committed. */
-    bool committing;
+    /* The commit slot (see the top of this file), and the batch being
+     * committed. */
+    struct sm slot;
     struct request *batch;
     struct engine_change *chgs; /* MAX_BATCH + GC_MAX */
     size_t nchgs;
     bool durable; /* the batch changed an owner */
     bool failing_durable; /* a commit that changed an owner failed */
     /* While such commits fail, each garbage-collection tick tries one
-     * write of that kind (a commit and a sync) of its own, so that health
-     * comes back even when no takeover is asked for. */
-    bool probe_due, probing;
+     * write of that kind (a commit and a sync) of its own (PROBE), so
+     * that health comes back even when no takeover is asked for. */
+    bool probe_due;
     /* Once the restart quarantine is over, the current TTL is written
-     * down (lower_quarantine_ttl): a write of its own, like a probe. */
-    bool ttl_due, writing_ttl;
+     * down (lower_quarantine_ttl): a write of its own (TTL). */
+    bool ttl_due;
     int64_t batch_now_ns; /* when it was decided */
     int commit_err;
     int64_t commit_ns; /* how long store_apply took */
@@ -152,6 +163,32 @@ struct embedded {
      * Kept in the store, so that a crash meanwhile still knows it. */
     int64_t quarantine_ttl_ns;
 };
+
+enum slot_state { SLOT_IDLE, SLOT_BATCH, SLOT_PROBE, SLOT_TTL, SLOT_NSTATES };
+
+static const struct sm_conf slot_states[SLOT_NSTATES] = {
+    [SLOT_IDLE] = {"idle", SM_INITIAL,
+                   SM_TO(SLOT_BATCH) | SM_TO(SLOT_PROBE) | SM_TO(SLOT_TTL)},
+    [SLOT_BATCH] = {"batch", 0, SM_TO(SLOT_IDLE)},
+    [SLOT_PROBE] = {"probe", 0, SM_TO(SLOT_IDLE)},
+    [SLOT_TTL] = {"ttl", 0, SM_TO(SLOT_IDLE)},
+};
+
+/* A batch commits changes and the calls that wait for them; a write of
+ * its own, neither; an idle slot holds nothing. */
+static bool slot_invariant(const struct sm *sm, int prev)
+{
+    const struct embedded *s = container_of(sm, struct embedded, slot);
+    (void)prev;
+    if (sm_state(sm) == SLOT_BATCH)
+        return s->nchgs > 0;
+    return s->nchgs == 0 && s->batch == NULL;
+}
+
+static bool committing(const struct embedded *s)
+{
+    return sm_state(&s->slot) != SLOT_IDLE;
+}
 
 static int load_row(void *arg, const struct lease_row *row)
 {
@@ -323,14 +360,22 @@ static void run_commit(uv_work_t *w)
     int64_t t0 = clock_mono_ns();
     /* A probe, or the TTL written down, is a batch of its own, with no
      * change and no request. */
-    if (s->writing_ttl)
+    switch ((enum slot_state)sm_state(&s->slot)) {
+    case SLOT_TTL:
         s->commit_err = store_set_meta(s->store, "quarantine_ttl_ns",
                                        s->base.ttl_ns);
-    else if (s->probing)
+        break;
+    case SLOT_PROBE:
         s->commit_err = store_set_meta(s->store, "storage_checked_ns",
                                        s->batch_now_ns);
-    else
+        break;
+    case SLOT_BATCH:
         s->commit_err = store_apply(s->store, s->chgs, s->nchgs);
+        break;
+    case SLOT_IDLE:
+    case SLOT_NSTATES:
+        abort(); /* the worker runs only for a commit */
+    }
     if (s->nchgs > 0 && s->chgs[0].kind == ENGINE_DELETE) /* GC: first */
         FAULT_POINT("gc_commit");
     s->commit_ns = clock_mono_ns() - t0;
@@ -402,12 +447,11 @@ static void sync_done(uv_work_t *w, int status)
  * tick, and health is not its business. */
 static void ttl_written(struct embedded *s, int err)
 {
-    s->writing_ttl = false;
     if (err == STORE_ESYNC) {
         sync_failed(s, s->commit_errmsg);
         return;
     }
-    s->committing = false;
+    sm_move(&s->slot, SLOT_IDLE);
     if (err != STORE_OK)
         log_warn("store_failed", "error=\"%s\"", s->commit_errmsg);
     else
@@ -421,7 +465,7 @@ static void ttl_written(struct embedded *s, int err)
 static void commit_done(uv_work_t *w, int status)
 {
     struct embedded *s = w->data;
-    if (s->writing_ttl) {
+    if (sm_state(&s->slot) == SLOT_TTL) {
         if (status != 0)
             snprintf(s->commit_errmsg, sizeof(s->commit_errmsg),
                      "the write was cancelled");
@@ -429,11 +473,12 @@ static void commit_done(uv_work_t *w, int status)
         return;
     }
     bool ok = status == 0 && s->commit_err == STORE_OK;
+    bool probe = sm_state(&s->slot) == SLOT_PROBE;
     uint64_t seq = ++s->committed_seq;
     if (ok) {
         log_debug("committed",
                   "changes=%zu durable=%d probe=%d commit_us=%lld", s->nchgs,
-                  (int)s->durable, (int)s->probing,
+                  (int)s->durable, (int)probe,
                   (long long)(s->commit_ns / 1000));
         metrics_observe(&metrics.batch_changes, (double)s->nchgs);
         metrics_observe(&metrics.commit_seconds, (double)s->commit_ns / 1e9);
@@ -457,13 +502,13 @@ static void commit_done(uv_work_t *w, int status)
         sync_failed(s, s->commit_errmsg);
         return;
     }
-    commit_outcome(s, ok, s->durable || s->probing);
+    commit_outcome(s, ok, s->durable || probe);
     s->nchgs = 0;
-    s->committing = false;
     /* Answer what need not wait for the disk; the rest waits for a sync
      * that begins after this commit. */
     struct request *batch = s->batch;
     s->batch = NULL;
+    sm_move(&s->slot, SLOT_IDLE);
     answer_or_wait(s, batch, seq);
     maybe_sync(s);
     if (s->base.closing)
@@ -615,22 +660,19 @@ static void take_admin(struct embedded *s)
  * flight or nothing is left. */
 static void process(struct embedded *s)
 {
-    if (!s->committing)
+    if (!committing(s))
         take_admin(s);
-    while (!s->committing && (s->pending.head != NULL || s->gc_due ||
+    while (!committing(s) && (s->pending.head != NULL || s->gc_due ||
                               s->probe_due || s->ttl_due)) {
         int64_t now_ns = clock_now_ns(&s->clock);
-        s->nchgs = 0;
         s->durable = false;
         s->batch_now_ns = now_ns;
-        s->probing = s->probe_due;
-        s->writing_ttl = !s->probing && s->ttl_due;
-        if (s->probing || s->writing_ttl) {
-            if (s->probing)
+        if (s->probe_due || s->ttl_due) {
+            sm_move(&s->slot, s->probe_due ? SLOT_PROBE : SLOT_TTL);
+            if (s->probe_due)
                 s->probe_due = false;
             else
                 s->ttl_due = false;
-            s->committing = true;
             uv_queue_work(s->base.loop, &s->commit_work, run_commit,
                           commit_done);
             break;
@@ -654,7 +696,7 @@ static void process(struct embedded *s)
         }
         if (s->nchgs > 0) {
             s->batch = batch.head;
-            s->committing = true;
+            sm_move(&s->slot, SLOT_BATCH);
             uv_queue_work(s->base.loop, &s->commit_work, run_commit,
                           commit_done);
         }
@@ -663,7 +705,7 @@ static void process(struct embedded *s)
         maybe_sync(s);
     }
 #ifdef LEASED_CHECKS
-    if (s->committing)
+    if (committing(s))
         engine_check(s->engine); /* this batch's changes are unfinished */
     else
         engine_check_settled(s->engine);
@@ -720,7 +762,8 @@ static void embedded_submit(struct mode *m, struct request *list)
  * sync, so the commit worker does it in turn (process(), ttl_written()). */
 static void lower_quarantine_ttl(struct embedded *s, int64_t now_ns)
 {
-    if (s->quarantine_ttl_ns != s->base.ttl_ns && !s->writing_ttl &&
+    if (s->quarantine_ttl_ns != s->base.ttl_ns &&
+        sm_state(&s->slot) != SLOT_TTL &&
         now_ns >= engine_quarantine_end(s->engine))
         s->ttl_due = true;
 }
@@ -767,7 +810,7 @@ static void embedded_destroy(struct mode *m)
 /* Closes once nothing is in flight. */
 static void maybe_finish_close(struct embedded *s)
 {
-    if (s->committing || s->syncing || s->waiting.head != NULL ||
+    if (committing(s) || s->syncing || s->waiting.head != NULL ||
         s->listing)
         return;
     assert(s->pending.head == NULL);
@@ -861,6 +904,7 @@ struct mode *mode_embedded_create(uv_loop_t *loop, struct store *store,
     }
     s->store = store;
     s->lock_fd = -1;
+    sm_init(&s->slot, slot_states, slot_invariant, SLOT_IDLE);
     s->commit_work.data = s;
     s->sync_work.data = s;
     s->list_work.data = s;

@@ -17,9 +17,6 @@
 #include "check.h"
 #include "sm.h"
 
-#define container_of(p, type, member) \
-    ((type *)((char *)(p) - offsetof(type, member)))
-
 /*
  *   CLOSED <--> OPEN
  *     |  ^
