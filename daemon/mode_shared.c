@@ -26,7 +26,15 @@
  * Everything else a connection does (admin calls, garbage collection,
  * (re)connecting) is a blocking job on a worker thread, on a connection
  * with no batch in flight, whose socket the loop does not watch
- * meanwhile: the connection is then the worker's (`job` != JOB_NONE).
+ * meanwhile: the connection is then the worker's. A slot's life is one
+ * state machine (core/sm.h):
+ *
+ *   DOWN --> CONNECTING --> READY <--> ADMIN, COLLECTING
+ *     ^          |            |            |
+ *     +----------+------------+------------+  (lost, or failed to connect)
+ *
+ * READY is the loop's (batches go only there); the three others are a
+ * job's, on the worker.
  * Admin calls take turns with the batches, one per drained pipeline, so
  * that neither starves the other, and so does a due collection.
  *
@@ -59,6 +67,7 @@
 #include "nanotime.h"
 #include "postgres.h"
 #include "rules.h"
+#include "sm.h"
 
 #define MAX_BATCH 1024
 #define PIPELINE 2 /* batches in flight on a connection */
@@ -76,11 +85,23 @@ static_assert(MODE_MAX_CONNECTIONS <= UINT8_MAX, "inflight_on");
 static_assert(CONFIG_MAX_PG_CONNECTIONS <= MODE_MAX_CONNECTIONS,
               "--postgres-connections takes more than a replica has room for");
 
-enum job {
-    JOB_NONE,
-    JOB_ADMIN,
-    JOB_COLLECT,
-    JOB_CONNECT,
+enum slot_state {
+    SLOT_DOWN,       /* no connection; the next attempt at next_connect_ms */
+    SLOT_CONNECTING, /* a job: connecting */
+    SLOT_READY,      /* connected, the loop's: batches in flight or none */
+    SLOT_ADMIN,      /* a job: an admin call */
+    SLOT_COLLECTING, /* a job: garbage collection */
+    SLOT_NSTATES
+};
+
+static const struct sm_conf slot_states[SLOT_NSTATES] = {
+    [SLOT_DOWN] = {"down", 0, SM_TO(SLOT_CONNECTING)},
+    [SLOT_CONNECTING] = {"connecting", 0, SM_TO(SLOT_READY) | SM_TO(SLOT_DOWN)},
+    [SLOT_READY] = {"ready", SM_INITIAL,
+                    SM_TO(SLOT_ADMIN) | SM_TO(SLOT_COLLECTING) |
+                        SM_TO(SLOT_DOWN)},
+    [SLOT_ADMIN] = {"admin", 0, SM_TO(SLOT_READY)},
+    [SLOT_COLLECTING] = {"collecting", 0, SM_TO(SLOT_READY)},
 };
 
 struct replica;
@@ -100,20 +121,19 @@ struct slot {
     /* Its pipeline, oldest first. */
     struct batch batches[PIPELINE];
     size_t first, nbatches;
-    uv_poll_t *poll; /* its socket, while connected and no job runs */
+    uv_poll_t *poll; /* its socket, while READY */
     bool writing;    /* the poll waits for writable too */
 
+    struct sm sm; /* enum slot_state */
     /* The job on the worker, and what it left. */
-    enum job job;
     uv_work_t work;
-    struct request *admin; /* JOB_ADMIN */
+    struct request *admin; /* SLOT_ADMIN */
     int err;
     char errmsg[256];
     size_t collected, expired;
     struct pgstore_stats stats;
     struct pgstore_primary primary;
 
-    bool connected; /* as far as the loop knows */
     int backoff_ms;
     int64_t next_connect_ms;
     /* The database clock's offset from the monotonic one at the last
@@ -143,6 +163,37 @@ static size_t slot_index(const struct slot *sl)
     return (size_t)(sl - sl->r->slots);
 }
 
+/* Only READY has batches and a watched socket; a job has the connection
+ * to itself; an admin job, its call. */
+static bool slot_invariant(const struct sm *sm, int prev)
+{
+    const struct slot *sl = container_of(sm, struct slot, sm);
+    (void)prev;
+    enum slot_state st = (enum slot_state)sm_state(sm);
+    if (st == SLOT_READY)
+        return sl->admin == NULL && sl->nbatches <= PIPELINE;
+    return sl->poll == NULL && sl->nbatches == 0 &&
+           (sl->admin != NULL) == (st == SLOT_ADMIN);
+}
+
+/* Whether sl is connected, as far as the loop knows. */
+static bool connected(const struct slot *sl)
+{
+    int st = sm_state(&sl->sm);
+    return st != SLOT_DOWN && st != SLOT_CONNECTING;
+}
+
+static bool ready(const struct slot *sl)
+{
+    return sm_state(&sl->sm) == SLOT_READY;
+}
+
+/* Whether a job on the worker has sl's connection. */
+static bool working(const struct slot *sl)
+{
+    return !ready(sl) && sm_state(&sl->sm) != SLOT_DOWN;
+}
+
 static bool serving(const struct replica *r)
 {
     return !r->base.storage_failing;
@@ -153,7 +204,7 @@ static void update_serving(struct replica *r)
 {
     bool any = false;
     for (size_t i = 0; i < r->nslots; i++)
-        any = any || r->slots[i].connected;
+        any = any || connected(&r->slots[i]);
     mode_set_failing(&r->base, !any);
 }
 
@@ -208,7 +259,7 @@ static void disconnect(struct slot *sl)
 {
     unwatch(sl);
     pgstore_disconnect(sl->db);
-    sl->connected = false;
+    sm_move(&sl->sm, SLOT_DOWN);
     sl->next_connect_ms = nanotime_mono_ms();
     sl->backoff_ms = BACKOFF_MIN_MS;
 }
@@ -227,12 +278,11 @@ static void failed(struct slot *sl, const char *what)
     if (log_limit_pass(&r->fail_log, clock_mono_ns(), &held))
         log_warn("database_failed", "during=%s error=\"%s\" not_logged=%llu",
                  what, why, (unsigned long long)held);
-    if (sl->err != PGSTORE_EDOWN || !sl->connected)
+    if (sl->err != PGSTORE_EDOWN || !ready(sl))
         return;
     for (size_t i = 0; i < r->nslots; i++) {
         struct slot *o = &r->slots[i];
-        if (o == sl ||
-            (o->connected && o->job == JOB_NONE && o->nbatches == 0))
+        if (o == sl || (ready(o) && o->nbatches == 0))
             disconnect(o);
     }
     update_serving(r);
@@ -261,13 +311,14 @@ static struct batch *pop_batch(struct slot *sl)
 static void answer(struct slot *sl, struct batch *b, bool ok);
 
 /* sl's connection broke while the loop drove it (why: NULL for the
- * store's reason): every batch in flight on it is lost. */
+ * store's reason): every batch in flight on it is lost, and then the
+ * connection is closed. */
 static void lost(struct slot *sl, const char *why)
 {
-    assert(sl->connected); /* so failed() closes it */
-    loop_failed(sl, PGSTORE_EDOWN, why, "batch");
+    assert(ready(sl)); /* so failed() closes it */
     while (sl->nbatches > 0)
         answer(sl, pop_batch(sl), false);
+    loop_failed(sl, PGSTORE_EDOWN, why, "batch");
 }
 
 /* --- Batches, on the loop ---------------------------------------------- */
@@ -394,7 +445,7 @@ static bool flush(struct slot *sl)
         lost(sl, NULL);
     else if (watch(sl, rc == 1) != 0)
         lost(sl, "cannot watch the connection's socket");
-    return rc >= 0 && sl->connected;
+    return rc >= 0 && ready(sl);
 }
 
 /* Takes what sl's socket has (if read), answers the batches whose
@@ -482,21 +533,23 @@ static void run_admin(struct slot *sl)
 static void run_job(uv_work_t *w)
 {
     struct slot *sl = w->data;
-    switch (sl->job) {
-    case JOB_ADMIN:
+    switch ((enum slot_state)sm_state(&sl->sm)) {
+    case SLOT_ADMIN:
         run_admin(sl);
         break;
-    case JOB_COLLECT:
+    case SLOT_COLLECTING:
         sl->err = pgstore_collect(sl->db, COLLECT_MAX, &sl->collected,
                                   &sl->expired);
         if (sl->err == PGSTORE_OK)
             sl->err = pgstore_stats(sl->db, &sl->stats);
         break;
-    case JOB_CONNECT:
+    case SLOT_CONNECTING:
         sl->err = pgstore_connect(sl->db, &sl->primary);
         break;
-    case JOB_NONE:
-        abort();
+    case SLOT_DOWN:
+    case SLOT_READY:
+    case SLOT_NSTATES:
+        abort(); /* no job */
     }
     /* A List's row callback fails with ENOMEM of its own, which the
      * store's message does not say. */
@@ -523,6 +576,7 @@ static void admin_done(struct slot *sl)
     struct replica *r = sl->r;
     struct request *req = sl->admin;
     sl->admin = NULL;
+    sm_move(&sl->sm, SLOT_READY);
     if (sl->err != PGSTORE_OK) {
         failed(sl, "admin");
         mode_refuse(req, "storage unavailable");
@@ -554,6 +608,7 @@ static void connect_done(struct slot *sl)
 {
     struct replica *r = sl->r;
     if (sl->err != PGSTORE_OK) {
+        sm_move(&sl->sm, SLOT_DOWN);
         failed(sl, "connect");
         sl->next_connect_ms = nanotime_mono_ms() + sl->backoff_ms;
         sl->backoff_ms = sl->backoff_ms * 2 > BACKOFF_MAX_MS
@@ -572,7 +627,7 @@ static void connect_done(struct slot *sl)
                  (long long)(sl->primary.quarantine_remaining_ns / 1000000));
     }
     log_info("database_connected", "connection=%zu", slot_index(sl) + 1);
-    sl->connected = true;
+    sm_move(&sl->sm, SLOT_READY);
     update_serving(r);
 }
 
@@ -580,39 +635,39 @@ static void job_done(uv_work_t *w, int status)
 {
     struct slot *sl = w->data;
     struct replica *r = sl->r;
-    enum job job = sl->job;
-    sl->job = JOB_NONE;
     if (status != 0) { /* cancelled: never, as nothing cancels it */
         sl->err = PGSTORE_EFAIL;
         snprintf(sl->errmsg, sizeof(sl->errmsg), "the job was cancelled");
     }
-    switch (job) {
-    case JOB_ADMIN:
+    /* The connection is the loop's again (a lost one is then closed). */
+    switch ((enum slot_state)sm_state(&sl->sm)) {
+    case SLOT_ADMIN:
         admin_done(sl);
         break;
-    case JOB_COLLECT:
+    case SLOT_COLLECTING:
+        sm_move(&sl->sm, SLOT_READY);
         collect_done(sl);
         break;
-    case JOB_CONNECT:
+    case SLOT_CONNECTING:
         connect_done(sl);
         break;
-    case JOB_NONE:
-        abort();
+    case SLOT_DOWN:
+    case SLOT_READY:
+    case SLOT_NSTATES:
+        abort(); /* no job */
     }
     note_warnings(sl);
-    /* The connection is the loop's again (a lost one is closed). */
-    if (sl->connected && watch(sl, false) != 0)
+    if (ready(sl) && watch(sl, false) != 0)
         loop_failed(sl, PGSTORE_EDOWN,
                     "cannot watch the connection's socket", "watch");
     after_event(r);
 }
 
-/* Gives sl's connection to a job on the worker. */
-static void start(struct slot *sl, enum job job)
+/* Gives sl's connection to a job on the worker (its state: which). */
+static void start(struct slot *sl, enum slot_state job)
 {
-    assert(sl->nbatches == 0);
     unwatch(sl);
-    sl->job = job;
+    sm_move(&sl->sm, job);
     uv_queue_work(sl->r->base.loop, &sl->work, run_job, job_done);
 }
 
@@ -708,7 +763,7 @@ static void give_admin(struct replica *r, struct slot *sl)
         return;
     }
     sl->admin = req;
-    start(sl, JOB_ADMIN);
+    start(sl, SLOT_ADMIN);
 }
 
 static bool collect_due(const struct replica *r)
@@ -731,7 +786,7 @@ static void give_collect(struct replica *r, struct slot *sl)
                                      : every;
     r->next_collect_ms = nanotime_mono_ms() + every;
     r->collecting = true;
-    start(sl, JOB_COLLECT);
+    start(sl, SLOT_COLLECTING);
 }
 
 /* Gives connected slot sl, with no job, what it can take: with an empty
@@ -752,14 +807,14 @@ static void give_work(struct replica *r, struct slot *sl)
         }
     }
     bool sent = false;
-    while (sl->connected && sl->nbatches < PIPELINE &&
+    while (ready(sl) && sl->nbatches < PIPELINE &&
            (sl->nbatches == 0 || !job_waits(r)) && send_batch(r, sl))
         sent = true;
     /* A batch whose calls were all decided without the database (tokens
      * no row can have) is done at once if nothing is ahead of it. */
-    if (sent && sl->connected && flush(sl))
+    if (sent && ready(sl) && flush(sl))
         take_answers(sl, false);
-    if (sl->connected && sl->nbatches == 0 && r->admins.head != NULL)
+    if (ready(sl) && sl->nbatches == 0 && r->admins.head != NULL)
         give_admin(r, sl);
 }
 
@@ -770,7 +825,7 @@ static void give_work(struct replica *r, struct slot *sl)
  * when sl can take none. */
 static size_t room_at(const struct replica *r, const struct slot *sl)
 {
-    if (!sl->connected || sl->job != JOB_NONE || sl->nbatches >= PIPELINE ||
+    if (!ready(sl) || sl->nbatches >= PIPELINE ||
         (sl->nbatches > 0 && job_waits(r)))
         return 0;
     return sl->nbatches == 0 ? 1 : sl->batches[sl->first].ncalls;
@@ -785,14 +840,12 @@ static void process(struct replica *r)
         return;
     for (size_t i = 0; i < r->nslots; i++) {
         struct slot *sl = &r->slots[i];
-        if (sl->job != JOB_NONE)
-            continue;
-        if (!sl->connected) {
+        if (sm_state(&sl->sm) == SLOT_DOWN) {
             if (nanotime_mono_ms() >= sl->next_connect_ms)
-                start(sl, JOB_CONNECT);
-            continue;
+                start(sl, SLOT_CONNECTING);
+        } else if (ready(sl)) {
+            give_work(r, sl);
         }
-        give_work(r, sl);
     }
     if (!serving(r))
         refuse_all(r); /* the connections just lost */
@@ -842,7 +895,7 @@ static void on_tick(struct mode *m)
         struct slot *sl = &r->slots[i];
         /* What arrived first: libuv runs timers before it polls, and an
          * answer that came in time is no missed deadline. */
-        if (sl->job == JOB_NONE && sl->nbatches > 0)
+        if (ready(sl) && sl->nbatches > 0)
             take_answers(sl, true);
     }
     after_event(r);
@@ -888,7 +941,7 @@ struct mode *mode_shared_create(uv_loop_t *loop, struct pgstore *const *dbs,
         sl->r = r;
         sl->db = dbs[i];
         sl->work.data = sl;
-        sl->connected = true;
+        sm_init(&sl->sm, slot_states, slot_invariant, SLOT_READY);
         sl->backoff_ms = BACKOFF_MIN_MS;
         if (watch(sl, false) != 0)
             disconnect(sl);
@@ -902,7 +955,7 @@ struct mode *mode_shared_create(uv_loop_t *loop, struct pgstore *const *dbs,
 static void maybe_finish_close(struct replica *r)
 {
     for (size_t i = 0; i < r->nslots; i++)
-        if (r->slots[i].job != JOB_NONE || r->slots[i].nbatches > 0)
+        if (working(&r->slots[i]) || r->slots[i].nbatches > 0)
             return;
     assert(r->leases.head == NULL && r->admins.head == NULL);
     for (size_t i = 0; i < r->nslots; i++)
