@@ -70,7 +70,10 @@
  * calling without a pause holds the drain until --drain-timeout, when the
  * shutdown and the cancel come together.) The thread ends once the
  * notify tag has arrived and no call is left, then destroys the server
- * and the queue and wakes the loop.
+ * and the queue and wakes the loop. The drain's steps are a machine of
+ * their own, on the CQ thread:
+ *
+ *   SERVING -> DRAINING -> SHUT_DOWN -> CANCELLED
  */
 #include "frontend.h"
 
@@ -125,6 +128,21 @@ static const struct sm_conf rpc_states[RPC_NSTATES] = {
     [RPC_READY] = {"READY", 0, SM_TO(RPC_SENDING)},
     [RPC_SENDING] = {"SENDING", 0, SM_TO(RPC_DONE)},
     [RPC_DONE] = {"DONE", SM_FINAL, 0},
+};
+
+enum drain_state {
+    DRAIN_SERVING,   /* the CQ thread has not seen the drain yet */
+    DRAIN_DRAINING,  /* refusing new calls, answering those in progress */
+    DRAIN_SHUT_DOWN, /* grpc_server_shutdown_and_notify() called */
+    DRAIN_CANCELLED, /* grpc_server_cancel_all_calls() called */
+    DRAIN_NSTATES,
+};
+
+static const struct sm_conf drain_states[DRAIN_NSTATES] = {
+    [DRAIN_SERVING] = {"SERVING", SM_INITIAL, SM_TO(DRAIN_DRAINING)},
+    [DRAIN_DRAINING] = {"DRAINING", 0, SM_TO(DRAIN_SHUT_DOWN)},
+    [DRAIN_SHUT_DOWN] = {"SHUT_DOWN", 0, SM_TO(DRAIN_CANCELLED)},
+    [DRAIN_CANCELLED] = {"CANCELLED", SM_FINAL, 0},
 };
 
 struct rpc {
@@ -184,11 +202,11 @@ struct frontend {
     bool thread_started;
     size_t live;  /* rpcs allocated */
     size_t armed; /* of which requested from the server, no call yet */
-    int64_t drain_began_ms; /* 0 before the CQ thread saw the drain */
+    struct sm drain;        /* enum drain_state */
+    int64_t drain_began_ms; /* DRAINING and after: when it began */
     int64_t idle_since_ms;  /* no call in progress since; 0 while busy */
-    int64_t closed_at_ms;   /* the server was shut down; 0 before */
+    int64_t closed_at_ms;   /* SHUT_DOWN and after: when */
     bool notified;          /* the shutdown tag came back */
-    bool cancelled_all;
     struct frontend_tag shutdown_tag;
 
     atomic_bool draining; /* set by the loop */
@@ -609,22 +627,45 @@ static bool finished(const struct frontend *fe)
     return fe->notified && fe->live == 0 && health_empty(&fe->health);
 }
 
-/* A step of the drain (see Drain above), on each wake-up while draining. */
+/* The drain's times follow its steps. */
+static bool drain_invariant(const struct sm *sm, int prev)
+{
+    const struct frontend *fe = container_of(sm, struct frontend, drain);
+    (void)prev;
+    switch ((enum drain_state)sm_state(sm)) {
+    case DRAIN_SERVING:
+        return fe->drain_began_ms == 0 && fe->closed_at_ms == 0;
+    case DRAIN_DRAINING:
+        return fe->drain_began_ms > 0 && fe->closed_at_ms == 0;
+    case DRAIN_SHUT_DOWN:
+    case DRAIN_CANCELLED:
+        return fe->closed_at_ms >= fe->drain_began_ms;
+    case DRAIN_NSTATES:
+        break;
+    }
+    return false;
+}
+
+/* A step of the drain (see Drain above), on each wake-up while draining
+ * and until CANCELLED. */
 static void drain(struct frontend *fe)
 {
     int64_t now = clock_mono_ns() / 1000000;
-    if (fe->drain_began_ms == 0)
+    if (sm_state(&fe->drain) == DRAIN_SERVING) {
         fe->drain_began_ms = now;
+        sm_move(&fe->drain, DRAIN_DRAINING);
+    }
     bool in_progress = busy(fe);
     if (in_progress)
         fe->idle_since_ms = 0;
     else if (fe->idle_since_ms == 0)
         fe->idle_since_ms = now;
     bool late = now - fe->drain_began_ms > fe->drain_ms;
-    if (fe->closed_at_ms == 0) {
+    if (sm_state(&fe->drain) == DRAIN_DRAINING) {
         if (!late && (in_progress || now - fe->idle_since_ms < LINGER_MS))
             return;
         fe->closed_at_ms = now;
+        sm_move(&fe->drain, DRAIN_SHUT_DOWN);
         grpc_server_shutdown_and_notify(fe->server, fe->cq, &fe->shutdown_tag);
         if (!late)
             return;
@@ -634,7 +675,7 @@ static void drain(struct frontend *fe)
     if (in_progress)
         log_warn("cancelling_calls", "after_ms=%lld", (long long)fe->drain_ms);
     grpc_server_cancel_all_calls(fe->server);
-    fe->cancelled_all = true;
+    sm_move(&fe->drain, DRAIN_CANCELLED);
 }
 
 /* Destroys the server, which shut down and has no call left, and the
@@ -665,7 +706,7 @@ static void *cq_thread(void *arg)
                    atomic_load(&fe->draining));
         if (ev.type == GRPC_OP_COMPLETE)
             on_event(fe, ev);
-        if (draining && !fe->cancelled_all)
+        if (draining && sm_state(&fe->drain) != DRAIN_CANCELLED)
             drain(fe);
     }
     close_queue(fe);
@@ -770,6 +811,7 @@ struct frontend *frontend_create(uv_loop_t *loop,
         return NULL;
     }
     fe->loop = loop;
+    sm_init(&fe->drain, drain_states, drain_invariant, DRAIN_SERVING);
     fe->max_pending = opts->max_pending;
     fe->drain_ms = opts->drain_ns / 1000000;
     atomic_store(&fe->serving, true);

@@ -167,11 +167,11 @@ struct embedded {
 enum slot_state { SLOT_IDLE, SLOT_BATCH, SLOT_PROBE, SLOT_TTL, SLOT_NSTATES };
 
 static const struct sm_conf slot_states[SLOT_NSTATES] = {
-    [SLOT_IDLE] = {"idle", SM_INITIAL,
+    [SLOT_IDLE] = {"IDLE", SM_INITIAL,
                    SM_TO(SLOT_BATCH) | SM_TO(SLOT_PROBE) | SM_TO(SLOT_TTL)},
-    [SLOT_BATCH] = {"batch", 0, SM_TO(SLOT_IDLE)},
-    [SLOT_PROBE] = {"probe", 0, SM_TO(SLOT_IDLE)},
-    [SLOT_TTL] = {"ttl", 0, SM_TO(SLOT_IDLE)},
+    [SLOT_BATCH] = {"BATCH", 0, SM_TO(SLOT_IDLE)},
+    [SLOT_PROBE] = {"PROBE", 0, SM_TO(SLOT_IDLE)},
+    [SLOT_TTL] = {"TTL", 0, SM_TO(SLOT_IDLE)},
 };
 
 /* A batch commits changes and the calls that wait for them; a write of

@@ -95,13 +95,14 @@ enum slot_state {
 };
 
 static const struct sm_conf slot_states[SLOT_NSTATES] = {
-    [SLOT_DOWN] = {"down", 0, SM_TO(SLOT_CONNECTING)},
-    [SLOT_CONNECTING] = {"connecting", 0, SM_TO(SLOT_READY) | SM_TO(SLOT_DOWN)},
-    [SLOT_READY] = {"ready", SM_INITIAL,
+    [SLOT_DOWN] = {"DOWN", 0, SM_TO(SLOT_CONNECTING)},
+    [SLOT_CONNECTING] = {"CONNECTING", 0,
+                         SM_TO(SLOT_READY) | SM_TO(SLOT_DOWN)},
+    [SLOT_READY] = {"READY", SM_INITIAL,
                     SM_TO(SLOT_ADMIN) | SM_TO(SLOT_COLLECTING) |
                         SM_TO(SLOT_DOWN)},
-    [SLOT_ADMIN] = {"admin", 0, SM_TO(SLOT_READY)},
-    [SLOT_COLLECTING] = {"collecting", 0, SM_TO(SLOT_READY)},
+    [SLOT_ADMIN] = {"ADMIN", 0, SM_TO(SLOT_READY)},
+    [SLOT_COLLECTING] = {"COLLECTING", 0, SM_TO(SLOT_READY)},
 };
 
 struct replica;

@@ -127,12 +127,13 @@ int pgstore_send(struct pgstore *p, struct pgstore_call *calls, size_t n)
             !PQpipelineSync(p->conn))
             return lost_conn(p);
     }
+    int64_t deadline_ms = nanotime_mono_ms() + p->o.timeout_ms;
     *b = (struct pg_pending){.calls = calls,
                              .n = n,
                              .sent = sent,
                              .order = b->order,
                              .order_cap = b->order_cap,
-                             .deadline_ms = nanotime_mono_ms() + p->o.timeout_ms};
+                             .deadline_ms = deadline_ms};
     p->npipe++;
     return PGSTORE_OK;
 }

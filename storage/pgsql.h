@@ -1,8 +1,9 @@
 /*
  * The SQL of the PostgreSQL store (the storage/pg_*.c files run it): the
  * schema, whose functions state the lease rules in SQL, and the
- * statements every connection prepares. Advisory locks are in class 1818583411 ("leas"):
- * 1 the schema, 2 the token floor, 3 garbage collection.
+ * statements every connection prepares. Advisory locks are in class
+ * 1818583411 ("leas"): 1 the schema, 2 the token floor, 3 garbage
+ * collection.
  */
 #ifndef LEASED_PGSQL_H
 #define LEASED_PGSQL_H
