@@ -166,14 +166,15 @@ static int decide(const struct files *f, struct record *r,
     };
     struct rules_request req = {c->owner, strlen(c->owner), c->token};
     struct rules_outcome o;
-    int code = rules_decide(c->op, r->exists ? &row : NULL, &req, now,
-                            f->ttl_ns, &o);
+    enum rules_code code = rules_decide(c->op, r->exists ? &row : NULL,
+                                        &req, now, f->ttl_ns, &o);
     switch (code) {
     case RULES_OK:
         break;
     case RULES_NOOP:
         return LEASE_OK;
-    default:
+    case RULES_HELD:
+    case RULES_LOST:
         snprintf(errmsg, len, "%s", rules_reason(code));
         return LEASE_EHELD;
     }

@@ -36,9 +36,9 @@ static int64_t realtime_ns(void *arg)
     return nanotime_wall();
 }
 
-/* Commits an engine result; held: the rules' code for ENGINE_HELD. */
-static int result(int rc, struct engine *e, struct engine_change *chg,
-                  char *errmsg, size_t len, int held)
+/* Commits an engine result, and says it as liblease does. */
+static int result(enum engine_result rc, struct engine *e,
+                  struct engine_change *chg, char *errmsg, size_t len)
 {
     switch (rc) {
     case ENGINE_OK:
@@ -46,14 +46,14 @@ static int result(int rc, struct engine *e, struct engine_change *chg,
         return LEASE_OK;
     case ENGINE_NOOP:
         return LEASE_OK;
-    case ENGINE_HELD: {
-        const char *why = rules_reason(held);
-        snprintf(errmsg, len, "%s", why != NULL ? why : "");
+    case ENGINE_HELD:
+    case ENGINE_LOST:
+        snprintf(errmsg, len, "%s", rules_reason((enum rules_code)rc));
         return LEASE_EHELD;
+    case ENGINE_ENOMEM:
+        break;
     }
-    default:
-        return LEASE_ENOMEM;
-    }
+    return LEASE_ENOMEM;
 }
 
 /* Drops a few released or long-expired entries, so that a long-lived
@@ -76,9 +76,9 @@ static int mem_acquire(void *impl, const char *session_id, const char *owner,
     pthread_mutex_lock(&m->lock);
     int64_t now_ns = m->now_ns(m->arg);
     collect_some(m, now_ns);
-    int rc = engine_acquire(m->engine, now_ns, session_id, slen, owner, olen,
+    enum engine_result rc = engine_acquire(m->engine, now_ns, session_id, slen, owner, olen,
                             &g, &chg);
-    int err = result(rc, m->engine, &chg, errmsg, len, RULES_HELD);
+    int err = result(rc, m->engine, &chg, errmsg, len);
     pthread_mutex_unlock(&m->lock);
     if (err == LEASE_OK)
         client_fill(out, session_id, slen, owner, olen, g.token, g.expiry_ns,
@@ -94,9 +94,9 @@ static int mem_renew(void *impl, const struct lease *cur, struct lease *out,
     struct engine_grant g;
     struct engine_change chg;
     pthread_mutex_lock(&m->lock);
-    int rc = engine_renew(m->engine, m->now_ns(m->arg), cur->session_id,
+    enum engine_result rc = engine_renew(m->engine, m->now_ns(m->arg), cur->session_id,
                           slen, cur->owner, olen, cur->token, &g, &chg);
-    int err = result(rc, m->engine, &chg, errmsg, len, RULES_LOST);
+    int err = result(rc, m->engine, &chg, errmsg, len);
     pthread_mutex_unlock(&m->lock);
     if (err == LEASE_OK)
         client_fill(out, cur->session_id, slen, cur->owner, olen, g.token,
@@ -110,10 +110,10 @@ static int mem_release(void *impl, const struct lease *cur, char *errmsg,
     struct memory *m = impl;
     struct engine_change chg;
     pthread_mutex_lock(&m->lock);
-    int rc = engine_release(m->engine, cur->session_id,
+    enum engine_result rc = engine_release(m->engine, cur->session_id,
                             strlen(cur->session_id), cur->owner,
                             strlen(cur->owner), cur->token, &chg);
-    int err = result(rc, m->engine, &chg, errmsg, len, RULES_NOOP);
+    int err = result(rc, m->engine, &chg, errmsg, len);
     pthread_mutex_unlock(&m->lock);
     return err;
 }

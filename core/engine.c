@@ -240,7 +240,7 @@ static void change_begin(struct engine_change *chg, struct engine_entry *en,
     chg->old_held_at_start = en->held_at_start;
 }
 
-int engine_load(struct engine *e, const struct lease_row *row)
+enum engine_result engine_load(struct engine *e, const struct lease_row *row)
 {
     assert(row->session_len > 0 && row->session_len <= ENGINE_SESSION_MAX);
     uint64_t hash = hash_bytes(e, row->session, row->session_len);
@@ -307,9 +307,11 @@ size_t engine_count(const struct engine *e)
 
 /* Makes the change rules_decide() decided (*out, RULES_OK) to en (NULL:
  * no entry yet, so a takeover creates one for session). */
-static int apply(struct engine *e, struct engine_entry *en,
-                 const char *session, size_t session_len, uint64_t hash,
-                 const struct rules_outcome *out, struct engine_change *chg)
+static enum engine_result apply(struct engine *e, struct engine_entry *en,
+                                const char *session, size_t session_len,
+                                uint64_t hash,
+                                const struct rules_outcome *out,
+                                struct engine_change *chg)
 {
     /* Everything that can fail first: on ENGINE_ENOMEM nothing changed. */
     char *copy = NULL;
@@ -344,80 +346,70 @@ static int apply(struct engine *e, struct engine_entry *en,
     return ENGINE_OK;
 }
 
-int engine_acquire(struct engine *e, int64_t now_ns,
-                   const char *session, size_t session_len,
-                   const char *owner, size_t owner_len,
-                   struct engine_grant *grant, struct engine_change *chg)
+/* Asks the rules about op on session at now_ns, and applies what they
+ * decided. Release and Revoke look at no clock (now_ns 0), so neither
+ * expiry nor quarantine matter to them. */
+static enum engine_result decide(struct engine *e, enum rules_op op,
+                                 int64_t now_ns, const char *session,
+                                 size_t session_len,
+                                 const struct rules_request *req,
+                                 struct engine_grant *grant,
+                                 struct engine_change *chg)
+{
+    uint64_t hash = hash_bytes(e, session, session_len);
+    struct engine_entry *en = find(e, session, session_len, hash);
+    struct rules_row row = rules_row_of(e, en, now_ns);
+    struct rules_outcome out;
+    enum rules_code code =
+        rules_decide(op, &row, req, now_ns, e->ttl_ns, &out);
+    if (code != RULES_OK)
+        return (enum engine_result)code;
+    enum engine_result rc = apply(e, en, session, session_len, hash, &out,
+                                  chg);
+    if (rc == ENGINE_OK && grant != NULL)
+        *grant = (struct engine_grant){out.after.token, out.after.expiry_ns};
+    return rc;
+}
+
+enum engine_result engine_acquire(struct engine *e, int64_t now_ns,
+                                  const char *session, size_t session_len,
+                                  const char *owner, size_t owner_len,
+                                  struct engine_grant *grant,
+                                  struct engine_change *chg)
 {
     assert(session_len > 0 && owner_len > 0);
-    uint64_t hash = hash_bytes(e, session, session_len);
-    struct engine_entry *en = find(e, session, session_len, hash);
-    struct rules_row row = rules_row_of(e, en, now_ns);
     struct rules_request req = {owner, owner_len, 0};
-    struct rules_outcome out;
-    if (rules_decide(RULES_ACQUIRE, &row, &req, now_ns, e->ttl_ns, &out) !=
-        RULES_OK)
-        return ENGINE_HELD;
-    int rc = apply(e, en, session, session_len, hash, &out, chg);
-    if (rc == ENGINE_OK)
-        *grant = (struct engine_grant){out.after.token, out.after.expiry_ns};
-    return rc;
+    return decide(e, RULES_ACQUIRE, now_ns, session, session_len, &req,
+                  grant, chg);
 }
 
-int engine_renew(struct engine *e, int64_t now_ns,
-                 const char *session, size_t session_len,
-                 const char *owner, size_t owner_len, uint64_t token,
-                 struct engine_grant *grant, struct engine_change *chg)
-{
-    uint64_t hash = hash_bytes(e, session, session_len);
-    struct engine_entry *en = find(e, session, session_len, hash);
-    struct rules_row row = rules_row_of(e, en, now_ns);
-    struct rules_request req = {owner, owner_len, token};
-    struct rules_outcome out;
-    if (rules_decide(RULES_RENEW, &row, &req, now_ns, e->ttl_ns, &out) !=
-        RULES_OK)
-        return ENGINE_HELD;
-    int rc = apply(e, en, session, session_len, hash, &out, chg);
-    if (rc == ENGINE_OK)
-        *grant = (struct engine_grant){out.after.token, out.after.expiry_ns};
-    return rc;
-}
-
-/* Release or Revoke: they look at no clock, so neither expiry nor
- * quarantine matter. */
-static int end_lease(struct engine *e, enum rules_op op,
-                     const char *session, size_t session_len,
-                     const struct rules_request *req,
-                     struct engine_change *chg)
-{
-    uint64_t hash = hash_bytes(e, session, session_len);
-    struct engine_entry *en = find(e, session, session_len, hash);
-    struct rules_row row = rules_row_of(e, en, 0);
-    struct rules_outcome out;
-    switch (rules_decide(op, &row, req, 0, e->ttl_ns, &out)) {
-    case RULES_OK:
-        return apply(e, en, session, session_len, hash, &out, chg);
-    case RULES_LOST:
-        return ENGINE_HELD;
-    default:
-        return ENGINE_NOOP;
-    }
-}
-
-int engine_release(struct engine *e,
-                   const char *session, size_t session_len,
-                   const char *owner, size_t owner_len, uint64_t token,
-                   struct engine_change *chg)
+enum engine_result engine_renew(struct engine *e, int64_t now_ns,
+                                const char *session, size_t session_len,
+                                const char *owner, size_t owner_len,
+                                uint64_t token, struct engine_grant *grant,
+                                struct engine_change *chg)
 {
     struct rules_request req = {owner, owner_len, token};
-    return end_lease(e, RULES_RELEASE, session, session_len, &req, chg);
+    return decide(e, RULES_RENEW, now_ns, session, session_len, &req, grant,
+                  chg);
 }
 
-int engine_revoke(struct engine *e, const char *session, size_t session_len,
-                  uint64_t token, struct engine_change *chg)
+enum engine_result engine_release(struct engine *e, const char *session,
+                                  size_t session_len, const char *owner,
+                                  size_t owner_len, uint64_t token,
+                                  struct engine_change *chg)
+{
+    struct rules_request req = {owner, owner_len, token};
+    return decide(e, RULES_RELEASE, 0, session, session_len, &req, NULL,
+                  chg);
+}
+
+enum engine_result engine_revoke(struct engine *e, const char *session,
+                                 size_t session_len, uint64_t token,
+                                 struct engine_change *chg)
 {
     struct rules_request req = {NULL, 0, token};
-    return end_lease(e, RULES_REVOKE, session, session_len, &req, chg);
+    return decide(e, RULES_REVOKE, 0, session, session_len, &req, NULL, chg);
 }
 
 static bool collectable(const struct engine *e, const struct engine_entry *en,

@@ -34,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rules.h"
 #include "siphash.h"
 
 #define ENGINE_SESSION_MAX 512 /* bytes, docs/protocol.md */
@@ -77,11 +78,15 @@ struct engine_grant {
     int64_t expiry_ns;
 };
 
+/* What a call on the engine came to: the code rules_decide() said (the
+ * same numbers, so one casts to the other), or out of memory. Nothing
+ * changed unless ENGINE_OK. */
 enum engine_result {
     ENGINE_ENOMEM = -1,
-    ENGINE_OK = 0,
-    ENGINE_HELD = 1,   /* Acquire: held by another live owner; Renew: lost */
-    ENGINE_NOOP = 2,   /* Release: nothing to free (not an error) */
+    ENGINE_OK = RULES_OK,
+    ENGINE_HELD = RULES_HELD, /* Acquire: another owner holds it, live */
+    ENGINE_LOST = RULES_LOST, /* Renew, Revoke: owner or token differ */
+    ENGINE_NOOP = RULES_NOOP, /* Release, Revoke: nothing to free */
 };
 
 struct engine;
@@ -102,7 +107,7 @@ void engine_destroy(struct engine *e);
 /* Adds a stored row at start-up, before any other call. A row with an
  * owner is quarantined (see engine_create). Strings are copied.
  * Returns ENGINE_OK or ENGINE_ENOMEM. */
-int engine_load(struct engine *e, const struct lease_row *row);
+enum engine_result engine_load(struct engine *e, const struct lease_row *row);
 
 /* Makes the restart quarantine last at least until end_ns (never
  * shortens it): after a restart with a shorter TTL, leases granted under
@@ -122,33 +127,36 @@ size_t engine_count(const struct engine *e);
  * ENGINE_OK: *grant and *chg are set (a change is always made).
  * ENGINE_HELD: another owner holds a live lease; nothing changed.
  * ENGINE_ENOMEM: nothing changed. */
-int engine_acquire(struct engine *e, int64_t now_ns,
-                   const char *session, size_t session_len,
-                   const char *owner, size_t owner_len,
-                   struct engine_grant *grant, struct engine_change *chg);
+enum engine_result engine_acquire(struct engine *e, int64_t now_ns,
+                                  const char *session, size_t session_len,
+                                  const char *owner, size_t owner_len,
+                                  struct engine_grant *grant,
+                                  struct engine_change *chg);
 
 /* Renew(session, owner, token) at now_ns. ENGINE_OK: same token, expiry
  * now + TTL (and strictly later than before), *grant and *chg set; this
- * also reclaims an expired lease nobody took over. ENGINE_HELD: owner or
+ * also reclaims an expired lease nobody took over. ENGINE_LOST: owner or
  * token no longer match; nothing changed. */
-int engine_renew(struct engine *e, int64_t now_ns,
-                 const char *session, size_t session_len,
-                 const char *owner, size_t owner_len, uint64_t token,
-                 struct engine_grant *grant, struct engine_change *chg);
+enum engine_result engine_renew(struct engine *e, int64_t now_ns,
+                                const char *session, size_t session_len,
+                                const char *owner, size_t owner_len,
+                                uint64_t token, struct engine_grant *grant,
+                                struct engine_change *chg);
 
 /* Release(session, owner, token). ENGINE_OK: freed, *chg set.
  * ENGINE_NOOP: owner or token did not match, nothing changed. */
-int engine_release(struct engine *e,
-                   const char *session, size_t session_len,
-                   const char *owner, size_t owner_len, uint64_t token,
-                   struct engine_change *chg);
+enum engine_result engine_release(struct engine *e, const char *session,
+                                  size_t session_len, const char *owner,
+                                  size_t owner_len, uint64_t token,
+                                  struct engine_change *chg);
 
 /* Revoke(session[, token]): an operator ends the lease of whoever holds
  * it (token 0), or only while its token is token. ENGINE_OK: freed as by
  * a Release, *chg set (chg->before is the lease that ended).
- * ENGINE_NOOP: nobody holds it. ENGINE_HELD: its token is another. */
-int engine_revoke(struct engine *e, const char *session, size_t session_len,
-                  uint64_t token, struct engine_change *chg);
+ * ENGINE_NOOP: nobody holds it. ENGINE_LOST: its token is another. */
+enum engine_result engine_revoke(struct engine *e, const char *session,
+                                 size_t session_len, uint64_t token,
+                                 struct engine_change *chg);
 
 /* Garbage collection: removes up to max entries that are released, or
  * expired for longer than a TTL, and fills chgs[] with ENGINE_DELETE

@@ -40,9 +40,9 @@ static int64_t extend(const struct rules_row *row, int64_t now_ns,
     return expiry > row->expiry_ns ? expiry : row->expiry_ns + 1;
 }
 
-static int acquire(const struct rules_row *row,
-                   const struct rules_request *req, int64_t now_ns,
-                   int64_t ttl_ns, struct rules_outcome *out)
+static enum rules_code acquire(const struct rules_row *row,
+                               const struct rules_request *req, int64_t now_ns,
+                               int64_t ttl_ns, struct rules_outcome *out)
 {
     if (rules_live(row, now_ns)) {
         if (!owned_by(row, req))
@@ -64,9 +64,9 @@ static int acquire(const struct rules_row *row,
     return RULES_OK;
 }
 
-static int renew(const struct rules_row *row,
-                 const struct rules_request *req, int64_t now_ns,
-                 int64_t ttl_ns, struct rules_outcome *out)
+static enum rules_code renew(const struct rules_row *row,
+                             const struct rules_request *req, int64_t now_ns,
+                             int64_t ttl_ns, struct rules_outcome *out)
 {
     if (!holds(row, req))
         return RULES_LOST;
@@ -78,7 +78,8 @@ static int renew(const struct rules_row *row,
 }
 
 /* A tombstone: the token stays, so the next takeover's is greater. */
-static int end(const struct rules_row *row, struct rules_outcome *out)
+static enum rules_code end(const struct rules_row *row,
+                           struct rules_outcome *out)
 {
     out->after = (struct rules_row){
         .token = row->token,
@@ -88,16 +89,18 @@ static int end(const struct rules_row *row, struct rules_outcome *out)
     return RULES_OK;
 }
 
-static int release(const struct rules_row *row,
-                   const struct rules_request *req, struct rules_outcome *out)
+static enum rules_code release(const struct rules_row *row,
+                               const struct rules_request *req,
+                               struct rules_outcome *out)
 {
     return holds(row, req) ? end(row, out) : RULES_NOOP;
 }
 
 /* Whoever holds it, live or expired; the owner presented is not looked
  * at. */
-static int revoke(const struct rules_row *row,
-                  const struct rules_request *req, struct rules_outcome *out)
+static enum rules_code revoke(const struct rules_row *row,
+                              const struct rules_request *req,
+                              struct rules_outcome *out)
 {
     if (row->owner_len == 0)
         return RULES_NOOP;
@@ -106,9 +109,10 @@ static int revoke(const struct rules_row *row,
     return end(row, out);
 }
 
-int rules_decide(enum rules_op op, const struct rules_row *row,
-                 const struct rules_request *req, int64_t now_ns,
-                 int64_t ttl_ns, struct rules_outcome *out)
+enum rules_code rules_decide(enum rules_op op, const struct rules_row *row,
+                             const struct rules_request *req,
+                             int64_t now_ns, int64_t ttl_ns,
+                             struct rules_outcome *out)
 {
     /* A copy: *row may be the last outcome's row, inside *out. */
     const struct rules_row r = row != NULL ? *row : none;
@@ -128,14 +132,16 @@ int rules_decide(enum rules_op op, const struct rules_row *row,
     abort(); /* not an op: never guess one */
 }
 
-const char *rules_reason(int code)
+const char *rules_reason(enum rules_code code)
 {
     switch (code) {
     case RULES_HELD:
         return "held by another owner";
     case RULES_LOST:
         return "lease lost: owner or token no longer match";
-    default:
-        return NULL;
+    case RULES_OK:
+    case RULES_NOOP:
+        break;
     }
+    return NULL;
 }

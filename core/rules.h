@@ -97,13 +97,14 @@ struct rules_outcome {
  * ttl_ns (> 0): the time and the lease lifetime, in ns (Release and
  * Revoke read neither).
  *
- * Fills *out and returns an enum rules_code: RULES_OK, or a refusal
+ * Fills *out and returns RULES_OK, or a refusal
  * (RULES_HELD, RULES_LOST) or a no-op (RULES_NOOP), which change nothing.
  * Aborts on an op that is not an enum rules_op: a caller that got one
  * wrong must not release what it meant to renew. */
-int rules_decide(enum rules_op op, const struct rules_row *row,
-                 const struct rules_request *req, int64_t now_ns,
-                 int64_t ttl_ns, struct rules_outcome *out);
+enum rules_code rules_decide(enum rules_op op, const struct rules_row *row,
+                             const struct rules_request *req,
+                             int64_t now_ns, int64_t ttl_ns,
+                             struct rules_outcome *out);
 
 /* Whether row (NULL: none) is live at now_ns. */
 bool rules_live(const struct rules_row *row, int64_t now_ns);
@@ -111,6 +112,6 @@ bool rules_live(const struct rules_row *row, int64_t now_ns);
 /* The words for a refusal, one text per code for every backend to say:
  * "held by another owner" (RULES_HELD), "lease lost: owner or token no
  * longer match" (RULES_LOST). NULL for any other code. */
-const char *rules_reason(int code);
+const char *rules_reason(enum rules_code code);
 
 #endif

@@ -176,8 +176,9 @@ void mode_count(unsigned flags)
         atomic_fetch_add(&metrics.reclaims, 1);
 }
 
-void mode_decided(struct mode *m, struct request *req, int code,
-                  uint64_t token, int64_t expiry_ns, unsigned flags)
+void mode_decided(struct mode *m, struct request *req,
+                  enum rules_code code, uint64_t token, int64_t expiry_ns,
+                  unsigned flags)
 {
     req->reason[0] = '\0';
     req->change = CHANGE_NONE;

@@ -34,6 +34,7 @@
 
 #include "config.h"
 #include "request.h"
+#include "rules.h"
 #include "siphash.h"
 
 struct engine_change;
@@ -185,11 +186,12 @@ void mode_refuse(struct request *req, const char *why);
 void mode_count(unsigned flags);
 
 /* Sets req's reply from the outcome of a lease call (Acquire, Renew,
- * Release) under the rules: code an enum rules_code, the lease's token
+ * Release) under the rules: its code, the lease's token
  * and expiry (RULES_OK), flags an enum rules_flag set (not counted
  * here: a mode counts what it stored). */
-void mode_decided(struct mode *m, struct request *req, int code,
-                  uint64_t token, int64_t expiry_ns, unsigned flags);
+void mode_decided(struct mode *m, struct request *req,
+                  enum rules_code code, uint64_t token, int64_t expiry_ns,
+                  unsigned flags);
 
 /* Sets the reply of an admin call before it is run: OK, and an answer
  * with room for what its op returns. Returns -1 (req refused, to be

@@ -210,24 +210,11 @@ static unsigned flags_of(const struct engine_change *c, int64_t now_ns)
     return 0;
 }
 
-/* The rule's code for what the engine answered a lease call. */
-static int code_of(enum request_op op, int rc)
-{
-    switch (rc) {
-    case ENGINE_OK:
-        return RULES_OK;
-    case ENGINE_NOOP:
-        return RULES_NOOP;
-    default:
-        assert(rc == ENGINE_HELD);
-        return op == OP_ACQUIRE ? RULES_HELD : RULES_LOST;
-    }
-}
-
 /* Asks the engine for req's decision at now_ns, into chg. */
-static int engine_decide(struct embedded *s, int64_t now_ns,
-                         struct request *req, struct engine_grant *grant,
-                         struct engine_change *chg)
+static enum engine_result engine_decide(struct embedded *s, int64_t now_ns,
+                                        struct request *req,
+                                        struct engine_grant *grant,
+                                        struct engine_change *chg)
 {
     switch (req->op) {
     case OP_ACQUIRE:
@@ -283,7 +270,7 @@ static bool decide(struct embedded *s, int64_t now_ns, struct request *req,
         had = engine_get(s->engine, req->session, req->session_len,
                          &before) && before.owner_len > 0;
     }
-    int rc = engine_decide(s, now_ns, req, &grant, chg);
+    enum engine_result rc = engine_decide(s, now_ns, req, &grant, chg);
     if (rc == ENGINE_ENOMEM) {
         mode_refuse(req, "out of memory");
         return false;
@@ -300,7 +287,7 @@ static bool decide(struct embedded *s, int64_t now_ns, struct request *req,
                                                 : NULL,
                            rc == ENGINE_OK);
     else
-        mode_decided(&s->base, req, code_of(req->op, rc), grant.token,
+        mode_decided(&s->base, req, (enum rules_code)rc, grant.token,
                      grant.expiry_ns, rc == ENGINE_OK ? flags_of(chg, now_ns)
                                                       : 0);
     if (rc == ENGINE_OK && in_batch) {

@@ -368,7 +368,7 @@ static void do_renew(int s, int o, uint64_t token)
     int rc = engine_renew(m.e, m.now_ns, sessions[s].p, sessions[s].len,
                           owners[o].p, owners[o].len, token, &g,
                           &m.chg[m.tail]);
-    REQUIRE(rc == (ok ? ENGINE_OK : ENGINE_HELD));
+    REQUIRE(rc == (ok ? ENGINE_OK : ENGINE_LOST));
     if (!ok)
         return;
     after.expiry_ns = extend(&before);
@@ -401,7 +401,7 @@ static void do_revoke(int s, uint64_t token)
     bool ok = held && (token == 0 || token == before.token);
     int rc = engine_revoke(m.e, sessions[s].p, sessions[s].len, token,
                            &m.chg[m.tail]);
-    REQUIRE(rc == (ok ? ENGINE_OK : held ? ENGINE_HELD : ENGINE_NOOP));
+    REQUIRE(rc == (ok ? ENGINE_OK : held ? ENGINE_LOST : ENGINE_NOOP));
     if (!ok)
         return;
     after.owner = -1;

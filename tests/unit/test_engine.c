@@ -140,17 +140,17 @@ TEST(renew_reclaims_expired_lease_nobody_took)
     teardown();
 }
 
-TEST(renew_after_takeover_or_release_is_held)
+TEST(renew_after_takeover_or_release_is_lost)
 {
     setup();
     struct engine_grant a, b;
     acq(0, "s", "A", &a);
     acq(31, "s", "B", &b);
-    CHECK_EQ_I64(ren(32, "s", "A", a.token, NULL), ENGINE_HELD);
+    CHECK_EQ_I64(ren(32, "s", "A", a.token, NULL), ENGINE_LOST);
     CHECK_EQ_I64(rel("s", "B", b.token), ENGINE_OK);
-    CHECK_EQ_I64(ren(33, "s", "B", b.token, NULL), ENGINE_HELD);
-    CHECK_EQ_I64(ren(33, "never", "B", 1, NULL), ENGINE_HELD);
-    CHECK_EQ_I64(ren(33, "s", "B", 0, NULL), ENGINE_HELD);
+    CHECK_EQ_I64(ren(33, "s", "B", b.token, NULL), ENGINE_LOST);
+    CHECK_EQ_I64(ren(33, "never", "B", 1, NULL), ENGINE_LOST);
+    CHECK_EQ_I64(ren(33, "s", "B", 0, NULL), ENGINE_LOST);
     teardown();
 }
 
@@ -177,7 +177,7 @@ TEST(revoke_frees_any_holder_and_the_next_token_is_greater)
     struct engine_grant a, b;
     struct engine_change c;
     acq(0, "s", "A", &a);
-    CHECK_EQ_I64(rev("s", a.token + 1, &c), ENGINE_HELD);
+    CHECK_EQ_I64(rev("s", a.token + 1, &c), ENGINE_LOST);
     CHECK_EQ_I64(rev("never", 0, &c), ENGINE_NOOP);
     CHECK_EQ_I64(acq(1, "s", "B", NULL), ENGINE_HELD);
     CHECK_EQ_I64(rev("s", a.token, &c), ENGINE_OK);
@@ -188,7 +188,7 @@ TEST(revoke_frees_any_holder_and_the_next_token_is_greater)
     CHECK_EQ_I64(c.after.owner_len, 0);
     engine_finish(E, &c, true);
     CHECK_EQ_I64(rev("s", 0, &c), ENGINE_NOOP);
-    CHECK_EQ_I64(ren(2, "s", "A", a.token, NULL), ENGINE_HELD);
+    CHECK_EQ_I64(ren(2, "s", "A", a.token, NULL), ENGINE_LOST);
     CHECK_EQ_I64(acq(2, "s", "B", &b), ENGINE_OK);
     CHECK_EQ_U64(b.token, a.token + 1);
     /* Undone (the commit failed): A holds it again. */
@@ -592,7 +592,7 @@ CHECK_MAIN(first_takeover_gets_token_one,
            same_owner_reacquire_keeps_token,
            renew_keeps_token_and_moves_expiry_strictly,
            renew_reclaims_expired_lease_nobody_took,
-           renew_after_takeover_or_release_is_held,
+           renew_after_takeover_or_release_is_lost,
            release_needs_owner_and_token,
            revoke_frees_any_holder_and_the_next_token_is_greater,
            takeover_chain_tokens_rise,
