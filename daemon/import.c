@@ -84,7 +84,7 @@ int import_sqlite(const struct config *cfg, char *errmsg, size_t len)
     else if (pgstore_import(db, rows.v, rows.n, floor,
                             (quarantine_ttl > cfg->ttl_ns ? quarantine_ttl
                                                           : cfg->ttl_ns) +
-                                cfg->max_skew_ns) != PGSTORE_OK)
+                                cfg->max_skew_ns) != STORE_OK)
         snprintf(errmsg, len, "--postgres: %s", pgstore_errmsg(db));
     else
         rc = 0;

@@ -584,9 +584,9 @@ static void run_list(uv_work_t *w)
                                      &r->admin->snapshot_len);
         return;
     }
-    int err = store_list(s->store, r->session, r->session_len, r->page_token,
-                         r->page_token_len, r->page_size + 1, list_row, r);
-    s->list_err = err == 1 ? STORE_OK : err;
+    s->list_err = store_list(s->store, r->session, r->session_len,
+                             r->page_token, r->page_token_len,
+                             r->page_size + 1, list_row, r);
 }
 
 static void maybe_list(struct embedded *s);

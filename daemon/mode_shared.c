@@ -266,7 +266,7 @@ static void disconnect(struct slot *sl)
 }
 
 /* A job or a batch failed, sl->errmsg says why: count it, log it (at
- * most a line a second). After a lost connection (sl->err PGSTORE_EDOWN),
+ * most a line a second). After a lost connection (sl->err STORE_EDOWN),
  * the idle ones reconnect too, whose connections are most likely lost
  * as well (the server died) but would not say so before their next use. */
 static void failed(struct slot *sl, const char *what)
@@ -279,7 +279,7 @@ static void failed(struct slot *sl, const char *what)
     if (log_limit_pass(&r->fail_log, clock_mono_ns(), &held))
         log_warn("database_failed", "during=%s error=\"%s\" not_logged=%llu",
                  what, why, (unsigned long long)held);
-    if (sl->err != PGSTORE_EDOWN || !ready(sl))
+    if (sl->err != STORE_EDOWN || !ready(sl))
         return;
     for (size_t i = 0; i < r->nslots; i++) {
         struct slot *o = &r->slots[i];
@@ -319,7 +319,7 @@ static void lost(struct slot *sl, const char *why)
     assert(ready(sl)); /* so failed() closes it */
     while (sl->nbatches > 0)
         answer(sl, pop_batch(sl), false);
-    loop_failed(sl, PGSTORE_EDOWN, why, "batch");
+    loop_failed(sl, STORE_EDOWN, why, "batch");
 }
 
 /* --- Batches, on the loop ---------------------------------------------- */
@@ -409,7 +409,7 @@ static void answer(struct slot *sl, struct batch *b, bool ok)
 static void batch_done(struct slot *sl, int err, int64_t db_now_ns)
 {
     struct batch *b = pop_batch(sl);
-    if (err == PGSTORE_OK) {
+    if (err == STORE_OK) {
         int64_t done_ns = clock_mono_ns();
         metrics_observe(&metrics.pg_round_trip_seconds,
                         (double)(done_ns - b->sent_ns) / 1e9);
@@ -418,10 +418,10 @@ static void batch_done(struct slot *sl, int err, int64_t db_now_ns)
     } else {
         loop_failed(sl, err, NULL, "batch");
     }
-    answer(sl, b, err == PGSTORE_OK);
+    answer(sl, b, err == STORE_OK);
 }
 
-/* Answers the batches whose answers are all there; PGSTORE_EDOWN when
+/* Answers the batches whose answers are all there; STORE_EDOWN when
  * the connection is lost. */
 static int drain(struct slot *sl)
 {
@@ -454,8 +454,8 @@ static bool flush(struct slot *sl)
  * connection loses the batches in flight. */
 static void take_answers(struct slot *sl, bool read)
 {
-    int rc = read ? pgstore_read(sl->db) : PGSTORE_OK;
-    if (rc == PGSTORE_OK)
+    int rc = read ? pgstore_read(sl->db) : STORE_OK;
+    if (rc == STORE_OK)
         rc = drain(sl);
     note_warnings(sl);
     if (rc < 0)
@@ -480,7 +480,7 @@ static void on_poll(uv_poll_t *h, int status, int events)
 static int list_row(void *arg, const struct lease_row *row, bool live)
 {
     int rc = admin_page_add(arg, row, live);
-    return rc >= 0 ? rc : PGSTORE_ENOMEM;
+    return rc >= 0 ? rc : STORE_ENOMEM;
 }
 
 /* An operator's Revoke, decided by the database: the lease it ended into
@@ -491,7 +491,7 @@ static void run_revoke(struct slot *sl, struct request *req)
     bool found = false, revoked = false;
     sl->err = pgstore_revoke(sl->db, req->session, req->session_len,
                              req->token, &row, &found, &revoked);
-    if (sl->err == PGSTORE_OK)
+    if (sl->err == STORE_OK)
         mode_admin_revoked(req, found ? &row : NULL, revoked);
 }
 
@@ -504,15 +504,13 @@ static void run_admin(struct slot *sl)
     case OP_GET:
         sl->err = pgstore_get(sl->db, req->session, req->session_len, &row,
                               &live, &found);
-        if (sl->err == PGSTORE_OK)
+        if (sl->err == STORE_OK)
             mode_admin_get(req, found ? &row : NULL, live);
         break;
     case OP_LIST:
         sl->err = pgstore_list(sl->db, req->session, req->session_len,
                                req->page_token, req->page_token_len,
                                req->page_size + 1, list_row, req);
-        if (sl->err == 1)
-            sl->err = PGSTORE_OK;
         break;
     case OP_STATS:
         sl->err = pgstore_stats(sl->db, &sl->stats);
@@ -541,7 +539,7 @@ static void run_job(uv_work_t *w)
     case SLOT_COLLECTING:
         sl->err = pgstore_collect(sl->db, COLLECT_MAX, &sl->collected,
                                   &sl->expired);
-        if (sl->err == PGSTORE_OK)
+        if (sl->err == STORE_OK)
             sl->err = pgstore_stats(sl->db, &sl->stats);
         break;
     case SLOT_CONNECTING:
@@ -555,8 +553,8 @@ static void run_job(uv_work_t *w)
     /* A List's row callback fails with ENOMEM of its own, which the
      * store's message does not say. */
     snprintf(sl->errmsg, sizeof(sl->errmsg), "%s",
-             sl->err == PGSTORE_OK       ? ""
-             : sl->err == PGSTORE_ENOMEM ? "out of memory"
+             sl->err == STORE_OK       ? ""
+             : sl->err == STORE_ENOMEM ? "out of memory"
                                          : pgstore_errmsg(sl->db));
 }
 
@@ -578,7 +576,7 @@ static void admin_done(struct slot *sl)
     struct request *req = sl->admin;
     sl->admin = NULL;
     sm_move(&sl->sm, SLOT_READY);
-    if (sl->err != PGSTORE_OK) {
+    if (sl->err != STORE_OK) {
         failed(sl, "admin");
         mode_refuse(req, "storage unavailable");
     } else if (req->op == OP_STATS) {
@@ -593,7 +591,7 @@ static void collect_done(struct slot *sl)
 {
     struct replica *r = sl->r;
     r->collecting = false;
-    if (sl->err != PGSTORE_OK) {
+    if (sl->err != STORE_OK) {
         failed(sl, "collect");
         return;
     }
@@ -608,7 +606,7 @@ static void collect_done(struct slot *sl)
 static void connect_done(struct slot *sl)
 {
     struct replica *r = sl->r;
-    if (sl->err != PGSTORE_OK) {
+    if (sl->err != STORE_OK) {
         sm_move(&sl->sm, SLOT_DOWN);
         failed(sl, "connect");
         sl->next_connect_ms = nanotime_mono_ms() + sl->backoff_ms;
@@ -637,7 +635,7 @@ static void job_done(uv_work_t *w, int status)
     struct slot *sl = w->data;
     struct replica *r = sl->r;
     if (status != 0) { /* cancelled: never, as nothing cancels it */
-        sl->err = PGSTORE_EFAIL;
+        sl->err = STORE_EFAIL;
         snprintf(sl->errmsg, sizeof(sl->errmsg), "the job was cancelled");
     }
     /* The connection is the loop's again (a lost one is then closed). */
@@ -659,7 +657,7 @@ static void job_done(uv_work_t *w, int status)
     }
     note_warnings(sl);
     if (ready(sl) && watch(sl, false) != 0)
-        loop_failed(sl, PGSTORE_EDOWN,
+        loop_failed(sl, STORE_EDOWN,
                     "cannot watch the connection's socket", "watch");
     after_event(r);
 }
@@ -740,11 +738,11 @@ static bool send_batch(struct replica *r, struct slot *sl)
     sl->nbatches++;
     b->sent_ns = clock_mono_ns();
     int err = pgstore_send(sl->db, b->calls, b->ncalls);
-    if (err == PGSTORE_EDOWN) {
+    if (err == STORE_EDOWN) {
         lost(sl, NULL);
         return false;
     }
-    if (err != PGSTORE_OK) { /* out of memory: the store took nothing */
+    if (err != STORE_OK) { /* out of memory: the store took nothing */
         sl->nbatches--;
         loop_failed(sl, err, NULL, "batch");
         answer(sl, b, false);
@@ -991,7 +989,7 @@ int mode_shared_connect(const struct config *cfg, struct pgstore **dbs,
         return 0;
     size_t raised = 0;
     int rc = pgstore_raise_tokens(dbs[0], cfg->raise_token_floor, &raised);
-    if (mode_floor_raised(cfg, rc == PGSTORE_OK, raised,
+    if (mode_floor_raised(cfg, rc == STORE_OK, raised,
                           pgstore_errmsg(dbs[0]), errmsg, len) == 0)
         return 0;
     for (size_t i = 0; i < n; i++)

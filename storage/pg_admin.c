@@ -43,14 +43,14 @@ int pgstore_get(struct pgstore *p, const char *session, size_t session_len,
     struct pg_params q = {0};
     pg_params_bytes(&q, session, session_len);
     int err = pg_roundtrip_run(p, PGSQL_GET, &q, "reading a lease");
-    if (err != PGSTORE_OK)
+    if (err != STORE_OK)
         return err;
     const PGresult *r = p->res[0];
     *found = PQntuples(r) == 1 && PQgetlength(r, 0, 0) > 0;
     if (*found)
         *live = first_row(p, r, session, session_len, row);
     pg_roundtrip_clear(p, 1);
-    return PGSTORE_OK;
+    return STORE_OK;
 }
 
 int pgstore_revoke(struct pgstore *p, const char *session, size_t session_len,
@@ -61,13 +61,13 @@ int pgstore_revoke(struct pgstore *p, const char *session, size_t session_len,
     pg_params_bytes(&q, session, session_len);
     pg_params_int(&q, (int64_t)token, 8);
     int err = pg_roundtrip_run(p, PGSQL_REVOKE, &q, "revoking a lease");
-    if (err != PGSTORE_OK)
+    if (err != STORE_OK)
         return err;
     const PGresult *r = p->res[0];
     *found = PQntuples(r) == 1;
     *revoked = *found && first_row(p, r, session, session_len, row);
     pg_roundtrip_clear(p, 1);
-    return PGSTORE_OK;
+    return STORE_OK;
 }
 
 /* The first byte string above every one that starts with prefix, into
@@ -103,7 +103,7 @@ int pgstore_list(struct pgstore *p, const char *prefix, size_t prefix_len,
         pg_params_null(&q);
     pg_params_int(&q, (int64_t)limit, 8);
     int err = pg_roundtrip_run(p, PGSQL_LIST, &q, "listing");
-    if (err != PGSTORE_OK)
+    if (err != STORE_OK)
         return err;
     const PGresult *r = p->res[0];
     int rc = 0;
@@ -117,13 +117,13 @@ int pgstore_list(struct pgstore *p, const char *prefix, size_t prefix_len,
         rc = row_cb(arg, &row, PQgetvalue(r, i, 4)[0] != 0);
     }
     pg_roundtrip_clear(p, 1);
-    return rc;
+    return rc < 0 ? rc : STORE_OK; /* 1: row_cb stopped the list */
 }
 
 int pgstore_stats(struct pgstore *p, struct pgstore_stats *st)
 {
     int err = pg_roundtrip_run(p, PGSQL_STATS, NULL, "counting leases");
-    if (err != PGSTORE_OK)
+    if (err != STORE_OK)
         return err;
     const PGresult *r = p->res[0];
     st->live = (uint64_t)pg_params_get_int(r, 0, 0);
@@ -131,7 +131,7 @@ int pgstore_stats(struct pgstore *p, struct pgstore_stats *st)
     st->high_water = (uint64_t)pg_params_get_int(r, 0, 2);
     st->quarantine_remaining_ns = pg_params_get_int(r, 0, 3);
     pg_roundtrip_clear(p, 1);
-    return PGSTORE_OK;
+    return STORE_OK;
 }
 
 int pgstore_collect(struct pgstore *p, size_t max, size_t *collected,
@@ -142,12 +142,12 @@ int pgstore_collect(struct pgstore *p, size_t max, size_t *collected,
     pg_params_int(&q, p->o.ttl_ns, 8);
     pg_params_int(&q, (int64_t)max, 4);
     int err = pg_roundtrip_run(p, PGSQL_COLLECT, &q, "collecting");
-    if (err != PGSTORE_OK)
+    if (err != STORE_OK)
         return err;
     *collected = (size_t)pg_params_get_int(p->res[0], 0, 0);
     *expired = (size_t)pg_params_get_int(p->res[0], 0, 1);
     pg_roundtrip_clear(p, 1);
-    return PGSTORE_OK;
+    return STORE_OK;
 }
 
 /* In a transaction: raises the token floor to at least floor, and
@@ -172,26 +172,26 @@ int pgstore_raise_tokens(struct pgstore *p, uint64_t floor, size_t *raised)
     /* Exclusive: batches hold the floor lock shared, so none reads a
      * floor or a token half raised. */
     int err = pg_roundtrip_exec(p, pgsql_begin, what);
-    if (err == PGSTORE_OK)
+    if (err == STORE_OK)
         err = pg_roundtrip_exec(p, pgsql_lock_floor, what);
     char sql[256];
     pgsql_format_raise(sql, sizeof(sql), (unsigned long long)floor);
-    if (err == PGSTORE_OK) {
+    if (err == STORE_OK) {
         if (!pg_roundtrip_send_sql(p, sql))
             return pg_conn_down(p, what);
-        if ((err = pg_roundtrip_finish(p, 1, what)) == PGSTORE_OK) {
+        if ((err = pg_roundtrip_finish(p, 1, what)) == STORE_OK) {
             *raised = strtoull(PQcmdTuples(p->res[0]), NULL, 10);
             pg_roundtrip_clear(p, 1);
         }
     }
     /* A restore, like a change of primary, starts a quarantine: the rows
      * it brought back expire before their holders were told. */
-    if (err == PGSTORE_OK)
+    if (err == STORE_OK)
         err = floor_and_quarantine(p, floor, p->o.ttl_ns + p->o.max_skew_ns,
                                    what);
-    if (err == PGSTORE_OK)
+    if (err == STORE_OK)
         err = pg_roundtrip_exec(p, pgsql_commit, what);
-    return err == PGSTORE_OK ? err : pg_roundtrip_txn_failed(p, err);
+    return err == STORE_OK ? err : pg_roundtrip_txn_failed(p, err);
 }
 
 #define IMPORT_CHUNK 1000 /* rows per round trip */
@@ -204,32 +204,32 @@ int pgstore_import(struct pgstore *p, const struct lease_row *rows, size_t n,
     int64_t held = 0;
     bool found;
     int err = pg_roundtrip_exec(p, pgsql_begin, "importing");
-    if (err == PGSTORE_OK)
+    if (err == STORE_OK)
         err = pg_roundtrip_exec(p, pgsql_import_lock, "importing");
-    if (err == PGSTORE_OK) {
+    if (err == STORE_OK) {
         if (!pg_roundtrip_send_sql(p, pgsql_import_count))
             return pg_conn_down(p, "importing");
-        if ((err = pg_roundtrip_finish(p, 1, "importing")) == PGSTORE_OK) {
+        if ((err = pg_roundtrip_finish(p, 1, "importing")) == STORE_OK) {
             held = pg_params_get_int(p->res[0], 0, 0);
             pg_roundtrip_clear(p, 1);
         }
     }
-    if (err == PGSTORE_OK && held > 0) {
+    if (err == STORE_OK && held > 0) {
         pg_conn_error(p,
                       "the database already holds %lld leases: import "
                       "into one that holds none",
                       (long long)held);
-        return pg_roundtrip_txn_failed(p, PGSTORE_EFAIL);
+        return pg_roundtrip_txn_failed(p, STORE_EFAIL);
     }
     /* The rows keep the generation before the quarantine, so that it
      * covers them. */
     int64_t generation = 0;
-    if (err == PGSTORE_OK)
+    if (err == STORE_OK)
         err = pg_roundtrip_get_meta(p, "generation", &generation, &found);
-    if (err == PGSTORE_OK &&
-        (err = pg_roundtrip_reserve(p, IMPORT_CHUNK)) != PGSTORE_OK)
+    if (err == STORE_OK &&
+        (err = pg_roundtrip_reserve(p, IMPORT_CHUNK)) != STORE_OK)
         return pg_roundtrip_txn_failed(p, err);
-    for (size_t done = 0; err == PGSTORE_OK && done < n;) {
+    for (size_t done = 0; err == STORE_OK && done < n;) {
         size_t k = n - done < IMPORT_CHUNK ? n - done : IMPORT_CHUNK;
         for (size_t i = 0; i < k; i++) {
             const struct lease_row *r = &rows[done + i];
@@ -243,13 +243,13 @@ int pgstore_import(struct pgstore *p, const struct lease_row *rows, size_t n,
                                   q.len, q.fmt, 1) != 1)
                 return pg_conn_down(p, "importing");
         }
-        if ((err = pg_roundtrip_finish(p, k, "importing")) == PGSTORE_OK)
+        if ((err = pg_roundtrip_finish(p, k, "importing")) == STORE_OK)
             pg_roundtrip_clear(p, k);
         done += k;
     }
-    if (err == PGSTORE_OK)
+    if (err == STORE_OK)
         err = floor_and_quarantine(p, floor, quarantine_ns, "importing");
-    if (err == PGSTORE_OK)
+    if (err == STORE_OK)
         err = pg_roundtrip_exec(p, pgsql_commit, "importing");
-    return err == PGSTORE_OK ? err : pg_roundtrip_txn_failed(p, err);
+    return err == STORE_OK ? err : pg_roundtrip_txn_failed(p, err);
 }

@@ -109,7 +109,7 @@ int pg_conn_down(struct pgstore *p, const char *what)
     } else {
         pg_conn_error(p, "%s: not connected", what);
     }
-    return PGSTORE_EDOWN;
+    return STORE_EDOWN;
 }
 
 int pgstore_connect(struct pgstore *p, struct pgstore_primary *primary)
@@ -136,7 +136,7 @@ int pgstore_connect(struct pgstore *p, struct pgstore_primary *primary)
     p->conn = PQconnectdbParams(keys, vals, 1);
     if (p->conn == NULL) {
         pg_conn_error(p, "out of memory");
-        return PGSTORE_ENOMEM;
+        return STORE_ENOMEM;
     }
     if (PQstatus(p->conn) != CONNECTION_OK)
         return pg_conn_down(p, "connecting");
@@ -155,13 +155,13 @@ int pgstore_connect(struct pgstore *p, struct pgstore_primary *primary)
                           PQserverVersion(p->conn) >= 140000 ? CHECK_CLOSED_MS
                                                              : NULL);
     int err = pg_roundtrip_exec(p, sql, "setting the timeouts");
-    if (err == PGSTORE_OK)
+    if (err == STORE_OK)
         err = pg_schema_setup(p, primary);
-    if (err == PGSTORE_OK)
+    if (err == STORE_OK)
         err = pg_schema_prepare(p);
-    if (err == PGSTORE_OK)
+    if (err == STORE_OK)
         p->seen_started_us = p->connecting_started_us;
-    if (err != PGSTORE_OK && p->conn != NULL) {
+    if (err != STORE_OK && p->conn != NULL) {
         PQfinish(p->conn);
         p->conn = NULL;
     }
@@ -278,7 +278,7 @@ static int not_conninfo(const char *conninfo, char *errmsg, size_t len)
     PQconninfoFree(opts);
     PQfreemem(why);
     free(masked);
-    return PGSTORE_ECONFIG;
+    return STORE_ECONFIG;
 }
 
 int pgstore_open(const struct pgstore_options *o, struct pgstore **out,
@@ -286,7 +286,7 @@ int pgstore_open(const struct pgstore_options *o, struct pgstore **out,
 {
     *out = NULL;
     if (uri_password_unencoded(o->conninfo))
-        return errmsg_fail(PGSTORE_ECONFIG, errmsg, len,
+        return errmsg_fail(STORE_ECONFIG, errmsg, len,
                            "not a libpq connection string: the URI's user "
                            "info has an '@' or '/' (percent-encode them in "
                            "a password: %%40, %%2F)");
@@ -296,21 +296,21 @@ int pgstore_open(const struct pgstore_options *o, struct pgstore **out,
     struct pgstore *p = calloc(1, sizeof(*p));
     if (p == NULL) {
         PQconninfoFree(opts);
-        return errmsg_fail(PGSTORE_ENOMEM, errmsg, len, "out of memory");
+        return errmsg_fail(STORE_ENOMEM, errmsg, len, "out of memory");
     }
     p->o = *o;
     p->password = password_of(opts);
     PQconninfoFree(opts);
     int err = pg_roundtrip_reserve(p, PGSQL_COUNT);
-    if (err == PGSTORE_OK)
+    if (err == STORE_OK)
         err = pgstore_connect(p, NULL);
-    if (err != PGSTORE_OK) {
+    if (err != STORE_OK) {
         snprintf(errmsg, len, "%s", p->errmsg);
         pgstore_close(p);
         return err;
     }
     *out = p;
-    return PGSTORE_OK;
+    return STORE_OK;
 }
 
 void pgstore_close(struct pgstore *p)

@@ -99,7 +99,7 @@ void pg_conn_result_error(struct pgstore *p, const char *what,
                           const PGresult *res);
 
 /* The connection is lost or in an unknown state: closes it (if any), with
- * why (after what) in p->errmsg. Returns PGSTORE_EDOWN. */
+ * why (after what) in p->errmsg. Returns STORE_EDOWN. */
 int pg_conn_down(struct pgstore *p, const char *what);
 
 /* --- pg_roundtrip.c: blocking, only while no batch is in flight -------- */
@@ -116,14 +116,14 @@ bool pg_roundtrip_send_sql(struct pgstore *p, const char *sql);
 /* Clears the results p->res[0..nq). */
 void pg_roundtrip_clear(struct pgstore *p, size_t nq);
 
-/* Makes room for nq results in p->res: PGSTORE_OK or PGSTORE_ENOMEM. */
+/* Makes room for nq results in p->res: STORE_OK or STORE_ENOMEM. */
 int pg_roundtrip_reserve(struct pgstore *p, size_t nq);
 
 /* Runs the nq queries the caller queued, within the timeout given at
- * open; what says what for p->errmsg. PGSTORE_OK: their results are in
- * p->res[0..nq) and the caller clears them. PGSTORE_EFAIL: one failed
+ * open; what says what for p->errmsg. STORE_OK: their results are in
+ * p->res[0..nq) and the caller clears them. STORE_EFAIL: one failed
  * (a transaction it was in is rolled back), no result is kept.
- * PGSTORE_EDOWN: the connection is closed. */
+ * STORE_EDOWN: the connection is closed. */
 int pg_roundtrip_finish(struct pgstore *p, size_t nq, const char *what);
 
 /* One statement of SQL (borrowed) with no parameters and no result
@@ -131,7 +131,7 @@ int pg_roundtrip_finish(struct pgstore *p, size_t nq, const char *what);
 int pg_roundtrip_exec(struct pgstore *p, const char *sql, const char *what);
 
 /* Prepared statement s with q (or none) in a round trip of its own: on
- * PGSTORE_OK its result is p->res[0], which the caller clears. */
+ * STORE_OK its result is p->res[0], which the caller clears. */
 int pg_roundtrip_run(struct pgstore *p, enum pgsql_stmt s,
                      const struct pg_params *q, const char *what);
 
@@ -142,7 +142,7 @@ int pg_roundtrip_get_meta(struct pgstore *p, const char *key, int64_t *value,
 
 /* An error err in one of the long transactions (the schema's, an
  * import's, the raise of tokens): rolls it back, keeping the reason in
- * p->errmsg. Returns err, PGSTORE_EFAIL as PGSTORE_ECONFIG. */
+ * p->errmsg. Returns err, STORE_EFAIL as STORE_ECONFIG. */
 int pg_roundtrip_txn_failed(struct pgstore *p, int err);
 
 /* --- pg_schema.c -------------------------------------------------------- */

@@ -11,7 +11,7 @@
  *
  * Invariants: p->pipe[p->first .. p->first + p->npipe) (modulo
  * PGSTORE_PIPELINE_MAX) are the batches in flight, in the order sent;
- * once p->lost is set, every call returns PGSTORE_EDOWN until
+ * once p->lost is set, every call returns STORE_EDOWN until
  * pgstore_disconnect(). An answer this leased does not know is never read
  * as a refusal nor as a success: the pipeline is lost then.
  */
@@ -48,7 +48,7 @@ static int by_session(const void *a, const void *b, void *arg)
 static int lost(struct pgstore *p)
 {
     p->lost = true;
-    return PGSTORE_EDOWN;
+    return STORE_EDOWN;
 }
 
 static int lost_conn(struct pgstore *p)
@@ -71,7 +71,7 @@ int pgstore_send(struct pgstore *p, struct pgstore_call *calls, size_t n)
         size_t *order = realloc(b->order, n * sizeof(*order));
         if (order == NULL) {
             pg_conn_error(p, "out of memory");
-            return PGSTORE_ENOMEM;
+            return STORE_ENOMEM;
         }
         b->order = order;
         b->order_cap = n;
@@ -112,7 +112,7 @@ int pgstore_send(struct pgstore *p, struct pgstore_call *calls, size_t n)
         }
         if (a[0].failed || a[1].failed || a[2].failed || a[3].failed) {
             pg_conn_error(p, "out of memory");
-            return PGSTORE_ENOMEM;
+            return STORE_ENOMEM;
         }
         struct pg_params q = {0};
         for (int i = 0; i < 4; i++)
@@ -135,7 +135,7 @@ int pgstore_send(struct pgstore *p, struct pgstore_call *calls, size_t n)
                              .order_cap = b->order_cap,
                              .deadline_ms = deadline_ms};
     p->npipe++;
-    return PGSTORE_OK;
+    return STORE_OK;
 }
 
 int pgstore_flush(struct pgstore *p)
@@ -150,7 +150,7 @@ int pgstore_read(struct pgstore *p)
 {
     if (p->conn == NULL || p->lost || !PQconsumeInput(p->conn))
         return lost_conn(p);
-    return PGSTORE_OK;
+    return STORE_OK;
 }
 
 /* Reads what arrived of b's answer: 1 once all of it is there (its
@@ -185,7 +185,7 @@ static int read_answer(struct pgstore *p, struct pg_pending *b)
     }
 }
 
-/* Whether the database's answer to a call of op (code, enum pgstore_flag
+/* Whether the database's answer to a call of op (code, enum rules_flag
  * flags) is one leased_decide gives: a code its op can have, and flags it
  * knows (a refusal may carry those of an insert it lost to another
  * replica's; they are not read). Anything else comes from a function of
@@ -194,7 +194,7 @@ static int read_answer(struct pgstore *p, struct pg_pending *b)
 static bool known_outcome(enum rules_op op, int code, unsigned flags)
 {
     if (flags &
-        ~(unsigned)(PGSTORE_TAKEOVER | PGSTORE_EXPIRED | PGSTORE_RECLAIM))
+        ~(unsigned)(RULES_TAKEOVER | RULES_EXPIRED | RULES_RECLAIM))
         return false;
     switch (op) {
     case RULES_ACQUIRE:
@@ -208,14 +208,14 @@ static bool known_outcome(enum rules_op op, int code, unsigned flags)
     }
 }
 
-/* b's outcome from its result: its calls decided (PGSTORE_OK), or
- * nothing applied (PGSTORE_EFAIL), or unknown (the pipeline is lost). */
+/* b's outcome from its result: its calls decided (STORE_OK), or
+ * nothing applied (STORE_EFAIL), or unknown (the pipeline is lost). */
 static int decode(struct pgstore *p, struct pg_pending *b, int64_t *db_now_ns)
 {
     const PGresult *res = b->res;
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         pg_conn_result_error(p, "deciding", res);
-        return PGSTORE_EFAIL;
+        return STORE_EFAIL;
     }
     if (p->warned) {
         pg_conn_error(p, "deciding: the wait for a synchronous standby was "
@@ -249,7 +249,7 @@ static int decode(struct pgstore *p, struct pg_pending *b, int64_t *db_now_ns)
         }
         row++;
     }
-    return PGSTORE_OK;
+    return STORE_OK;
 }
 
 int pgstore_done(struct pgstore *p, struct pgstore_call **calls, int *err,
@@ -261,14 +261,14 @@ int pgstore_done(struct pgstore *p, struct pgstore_call **calls, int *err,
         return lost_conn(p);
     struct pg_pending *b = &p->pipe[p->first];
     *db_now_ns = 0;
-    *err = PGSTORE_OK;
+    *err = STORE_OK;
     if (b->sent > 0) {
         int rc = read_answer(p, b);
         if (rc <= 0)
             return rc;
         *err = decode(p, b, db_now_ns);
-        if (*err == PGSTORE_EDOWN)
-            return PGSTORE_EDOWN;
+        if (*err == STORE_EDOWN)
+            return STORE_EDOWN;
         PQclear(b->res);
         b->res = NULL;
         p->warned = false;

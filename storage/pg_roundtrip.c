@@ -5,9 +5,9 @@
  * calls (pg_pipeline.c), and only while none is in flight.
  *
  * A round trip that misses its deadline, or whose connection breaks,
- * closes the connection (PGSTORE_EDOWN): what the server will still do
+ * closes the connection (STORE_EDOWN): what the server will still do
  * with what it was sent is unknown. One whose statement fails leaves the
- * connection good, its transaction rolled back (PGSTORE_EFAIL).
+ * connection good, its transaction rolled back (STORE_EFAIL).
  */
 #include <assert.h>
 #include <errno.h>
@@ -72,7 +72,7 @@ static PGresult *next_result(struct pgstore *p, int64_t deadline_ms,
 
 /* Ends the nq queries sent with a sync, sends them, and reads the result
  * of each into p->res[0..nq), then the sync's, all within the timeout.
- * PGSTORE_OK: every result is there (each may still be an error); the
+ * STORE_OK: every result is there (each may still be an error); the
  * caller clears them. */
 static int round_trip(struct pgstore *p, size_t nq, const char *what)
 {
@@ -110,29 +110,29 @@ static int round_trip(struct pgstore *p, size_t nq, const char *what)
             p->conn = NULL;
             pg_conn_error(p, "%s: no answer within %d ms", what,
                           p->o.timeout_ms);
-            return PGSTORE_EDOWN;
+            return STORE_EDOWN;
         }
         return pg_conn_down(p, what);
     }
-    return PGSTORE_OK;
+    return STORE_OK;
 }
 
 int pg_roundtrip_reserve(struct pgstore *p, size_t nq)
 {
     if (nq <= p->res_cap)
-        return PGSTORE_OK;
+        return STORE_OK;
     PGresult **res = calloc(nq, sizeof(*res));
     if (res == NULL) {
         pg_conn_error(p, "out of memory");
-        return PGSTORE_ENOMEM;
+        return STORE_ENOMEM;
     }
     free(p->res);
     p->res = res;
     p->res_cap = nq;
-    return PGSTORE_OK;
+    return STORE_OK;
 }
 
-/* The first error among results[0..nq), in p->errmsg; PGSTORE_OK if none.
+/* The first error among results[0..nq), in p->errmsg; STORE_OK if none.
  * A failed transaction is rolled back. */
 static int check_results(struct pgstore *p, size_t nq, const char *what)
 {
@@ -146,24 +146,24 @@ static int check_results(struct pgstore *p, size_t nq, const char *what)
         break;
     }
     if (!failed)
-        return PGSTORE_OK;
+        return STORE_OK;
     if (PQtransactionStatus(p->conn) != PQTRANS_IDLE) {
         char keep[sizeof(p->errmsg)];
         memcpy(keep, p->errmsg, sizeof(keep));
         pg_roundtrip_clear(p, nq);
         if (!pg_roundtrip_send(p, PGSQL_ROLLBACK, NULL) ||
-            round_trip(p, 1, "rolling back") != PGSTORE_OK)
-            return PGSTORE_EDOWN;
+            round_trip(p, 1, "rolling back") != STORE_OK)
+            return STORE_EDOWN;
         pg_roundtrip_clear(p, 1);
         memcpy(p->errmsg, keep, sizeof(keep));
     }
-    return PGSTORE_EFAIL;
+    return STORE_EFAIL;
 }
 
 int pg_roundtrip_finish(struct pgstore *p, size_t nq, const char *what)
 {
     int err = round_trip(p, nq, what);
-    if (err == PGSTORE_OK && (err = check_results(p, nq, what)) != PGSTORE_OK)
+    if (err == STORE_OK && (err = check_results(p, nq, what)) != STORE_OK)
         pg_roundtrip_clear(p, nq);
     return err;
 }
@@ -173,7 +173,7 @@ int pg_roundtrip_exec(struct pgstore *p, const char *sql, const char *what)
     if (!pg_roundtrip_send_sql(p, sql))
         return pg_conn_down(p, what);
     int err = pg_roundtrip_finish(p, 1, what);
-    pg_roundtrip_clear(p, err == PGSTORE_OK ? 1 : 0);
+    pg_roundtrip_clear(p, err == STORE_OK ? 1 : 0);
     return err;
 }
 
@@ -193,17 +193,17 @@ int pg_roundtrip_get_meta(struct pgstore *p, const char *key, int64_t *value,
                           1) != 1)
         return pg_conn_down(p, "reading the schema");
     int err = pg_roundtrip_finish(p, 1, "reading the schema");
-    if (err != PGSTORE_OK)
+    if (err != STORE_OK)
         return err;
     *found = PQntuples(p->res[0]) == 1;
     *value = *found ? pg_params_get_int(p->res[0], 0, 0) : 0;
     pg_roundtrip_clear(p, 1);
-    return PGSTORE_OK;
+    return STORE_OK;
 }
 
 int pg_roundtrip_txn_failed(struct pgstore *p, int err)
 {
-    if (err == PGSTORE_EDOWN || p->conn == NULL)
+    if (err == STORE_EDOWN || p->conn == NULL)
         return err;
     if (PQtransactionStatus(p->conn) != PQTRANS_IDLE) {
         char keep[sizeof(p->errmsg)];
@@ -212,5 +212,5 @@ int pg_roundtrip_txn_failed(struct pgstore *p, int err)
         memcpy(p->errmsg, keep, sizeof(keep));
     }
     /* Permission and definition errors will not go away by retrying. */
-    return err == PGSTORE_EFAIL ? PGSTORE_ECONFIG : err;
+    return err == STORE_EFAIL ? STORE_ECONFIG : err;
 }

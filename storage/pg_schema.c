@@ -26,56 +26,56 @@ int pg_schema_setup(struct pgstore *p, struct pgstore_primary *primary)
     char sql[1024];
     int err =
         pg_roundtrip_exec(p, pgsql_begin, "starting the schema transaction");
-    if (err == PGSTORE_OK)
+    if (err == STORE_OK)
         err = pg_roundtrip_exec(p, pgsql_lock_schema, "locking the schema");
     /* Asked first, not CREATE … IF NOT EXISTS, which needs the right to
      * create even when the table is there: a role that may only use the
      * schema (docs/ha.md) can start once another made it. */
     bool exists = false;
-    if (err == PGSTORE_OK) {
+    if (err == STORE_OK) {
         if (!pg_roundtrip_send_sql(p, pgsql_meta_exists))
             return pg_conn_down(p, "reading the schema");
         if ((err = pg_roundtrip_finish(p, 1, "reading the schema")) ==
-            PGSTORE_OK) {
+            STORE_OK) {
             exists = PQgetvalue(p->res[0], 0, 0)[0] != 0;
             pg_roundtrip_clear(p, 1);
         }
     }
-    if (err == PGSTORE_OK && !exists)
+    if (err == STORE_OK && !exists)
         err = pg_roundtrip_exec(p, pgsql_meta_create, "creating the schema");
     int64_t version = 0;
     bool found = false;
-    if (err == PGSTORE_OK)
+    if (err == STORE_OK)
         err = pg_roundtrip_get_meta(p, "schema_version", &version, &found);
-    if (err == PGSTORE_OK && !found) {
-        for (size_t i = 0; err == PGSTORE_OK && i < pgsql_schema_count; i++)
+    if (err == STORE_OK && !found) {
+        for (size_t i = 0; err == STORE_OK && i < pgsql_schema_count; i++)
             err = pg_roundtrip_exec(p, pgsql_schema[i], "creating the schema");
         pgsql_format_meta(sql, sizeof(sql), (long long)p->o.ttl_ns);
-        if (err == PGSTORE_OK)
+        if (err == STORE_OK)
             err = pg_roundtrip_exec(p, sql, "creating the schema");
         version = PGSQL_SCHEMA_VERSION;
     }
-    if (err == PGSTORE_OK && version < PGSQL_SCHEMA_VERSION) {
-        for (size_t i = 0; err == PGSTORE_OK && i < pgsql_upgrade_count; i++)
+    if (err == STORE_OK && version < PGSQL_SCHEMA_VERSION) {
+        for (size_t i = 0; err == STORE_OK && i < pgsql_upgrade_count; i++)
             err =
                 pg_roundtrip_exec(p, pgsql_upgrade[i], "upgrading the schema");
         pgsql_format_version(sql, sizeof(sql));
-        if (err == PGSTORE_OK)
+        if (err == STORE_OK)
             err = pg_roundtrip_exec(p, sql, "upgrading the schema");
         version = PGSQL_SCHEMA_VERSION;
     }
-    if (err != PGSTORE_OK)
+    if (err != STORE_OK)
         return pg_roundtrip_txn_failed(p, err);
     if (version > PGSQL_SCHEMA_VERSION) {
         pg_conn_error(p,
                       "the database's schema is version %lld, from a newer "
                       "leased (this one knows version %d): upgrade leased",
                       (long long)version, PGSQL_SCHEMA_VERSION);
-        return pg_roundtrip_txn_failed(p, PGSTORE_EFAIL);
+        return pg_roundtrip_txn_failed(p, STORE_EFAIL);
     }
     int64_t ttl_ns = 0;
     err = pg_roundtrip_get_meta(p, "ttl_ns", &ttl_ns, &found);
-    if (err != PGSTORE_OK)
+    if (err != STORE_OK)
         return pg_roundtrip_txn_failed(p, err);
     if (ttl_ns != p->o.ttl_ns) {
         pg_conn_error(p,
@@ -84,7 +84,7 @@ int pg_schema_setup(struct pgstore *p, struct pgstore_primary *primary)
                       "docs/ha.md)",
                       (long long)(ttl_ns / 1000000),
                       (long long)(p->o.ttl_ns / 1000000));
-        return pg_roundtrip_txn_failed(p, PGSTORE_EFAIL);
+        return pg_roundtrip_txn_failed(p, STORE_EFAIL);
     }
     /* A different server than the last one seen: quarantine what was
      * held (pgsql.c says why), measured on this server's clock and stored
@@ -100,7 +100,7 @@ int pg_schema_setup(struct pgstore *p, struct pgstore_primary *primary)
         !pg_roundtrip_send_sql(p, pgsql_quarantine_left))
         return pg_conn_down(p, "checking the primary");
     err = pg_roundtrip_finish(p, 2, "checking the primary");
-    if (err != PGSTORE_OK)
+    if (err != STORE_OK)
         return pg_roundtrip_txn_failed(p, err);
     /* Changed for this replica too when another one stored the change
      * first, or when this one's last attempt stored it and then failed. */
@@ -110,7 +110,7 @@ int pg_schema_setup(struct pgstore *p, struct pgstore_primary *primary)
     int64_t remaining = pg_params_get_int(p->res[1], 0, 0);
     pg_roundtrip_clear(p, 2);
     err = pg_roundtrip_exec(p, pgsql_commit, "committing the schema");
-    if (err != PGSTORE_OK)
+    if (err != STORE_OK)
         return pg_roundtrip_txn_failed(p, err);
     p->connecting_started_us = started;
     if (primary != NULL) {
@@ -118,7 +118,7 @@ int pg_schema_setup(struct pgstore *p, struct pgstore_primary *primary)
         primary->started_us = started;
         primary->quarantine_remaining_ns = remaining;
     }
-    return PGSTORE_OK;
+    return STORE_OK;
 }
 
 int pg_schema_prepare(struct pgstore *p)
@@ -130,7 +130,7 @@ int pg_schema_prepare(struct pgstore *p)
             return pg_conn_down(p, "preparing statements");
     }
     int err = pg_roundtrip_finish(p, PGSQL_COUNT, "preparing statements");
-    if (err == PGSTORE_OK)
+    if (err == STORE_OK)
         pg_roundtrip_clear(p, PGSQL_COUNT);
     return err;
 }

@@ -55,8 +55,8 @@ static_assert(RULES_ACQUIRE == 1 && RULES_RENEW == 2 && RULES_RELEASE == 3 &&
 static_assert(RULES_OK == 0 && RULES_HELD == 1 && RULES_LOST == 2 &&
                   RULES_NOOP == 3,
               "the codes leased_rule and leased_decide are written for");
-static_assert(PGSTORE_TAKEOVER == 1 && PGSTORE_EXPIRED == 2 &&
-                  PGSTORE_RECLAIM == 4,
+static_assert(RULES_TAKEOVER == 1 && RULES_EXPIRED == 2 &&
+                  RULES_RECLAIM == 4,
               "the flags leased_rule and leased_decide are written for");
 
 /* The words of the rules, each said once: SQL functions of one SELECT
@@ -120,7 +120,7 @@ static const char leased_live[] =
  * rules_decide (tests/integration/test_postgres.py).
  *
  * Returns code (enum rules_code); when 0, what the row becomes (owner,
- * tok, exp; NULL otherwise) and flags (enum pgstore_flag): 1 a takeover,
+ * tok, exp; NULL otherwise) and flags (enum rules_flag): 1 a takeover,
  * plus 2 when the row had an owner (it had expired), or 4 a renewal after
  * expiry. PL/pgSQL, unlike the helpers: one call per general-path call,
  * its expressions planned once per session. An op it does not know

@@ -11,7 +11,7 @@
  * One connection, used by one thread at a time. Batches of lease calls go
  * through a pipeline without blocking (pgstore_send() below); every other
  * call blocks for at most the timeout given at open. Calls return
- * PGSTORE_OK or a negative enum pgstore_err; pgstore_errmsg() says why in
+ * STORE_OK or a negative enum store_err; pgstore_errmsg() says why in
  * one line, never with a password in it.
  */
 #ifndef LEASED_POSTGRES_H
@@ -23,17 +23,7 @@
 
 #include "engine.h"
 #include "rules.h"
-
-enum pgstore_err {
-    PGSTORE_OK = 0,
-    PGSTORE_EDOWN = -1,   /* no connection, or it broke or timed out (it
-                             is closed then): pgstore_connect() again */
-    PGSTORE_EFAIL = -2,   /* the statement failed; nothing was applied,
-                             and the connection is still good */
-    PGSTORE_ECONFIG = -3, /* this database cannot be used as it is: a
-                             newer schema, another TTL, no permission */
-    PGSTORE_ENOMEM = -4,
-};
+#include "store_err.h"
 
 struct pgstore_options {
     const char *conninfo; /* anything libpq takes; borrowed for the
@@ -72,14 +62,6 @@ int pgstore_connect(struct pgstore *p, struct pgstore_primary *primary);
 /* Closes the connection and frees the store. Accepts NULL. */
 void pgstore_close(struct pgstore *p);
 
-/* The flags of an outcome (enum rules_flag, rules.h), as the database
- * gives them. */
-enum pgstore_flag {
-    PGSTORE_TAKEOVER = RULES_TAKEOVER,
-    PGSTORE_EXPIRED = RULES_EXPIRED,
-    PGSTORE_RECLAIM = RULES_RECLAIM,
-};
-
 /* One lease call and its outcome. Strings are borrowed. */
 struct pgstore_call {
     enum rules_op op;
@@ -89,11 +71,11 @@ struct pgstore_call {
     size_t owner_len;
     uint64_t token; /* Renew, Release */
 
-    /* Set when pgstore_done() gives the batch back with PGSTORE_OK: */
+    /* Set when pgstore_done() gives the batch back with STORE_OK: */
     int code;          /* enum rules_code */
     uint64_t granted;  /* the lease's token (RULES_OK) */
     int64_t expiry_ns; /* its expiry on the database's clock */
-    unsigned flags;    /* enum pgstore_flag */
+    unsigned flags;    /* enum rules_flag */
 };
 
 /* --- Deciding: batches in a pipeline, without blocking --------------
@@ -105,7 +87,7 @@ struct pgstore_call {
  * decided in their order whichever batch they are in. None of these
  * calls waits for the network.
  *
- * PGSTORE_EDOWN from any of them means the connection broke, went out of
+ * STORE_EDOWN from any of them means the connection broke, went out of
  * step or missed a batch's deadline (the timeout given at open, from its
  * send; pgstore_done() checks it, so call that now and then while
  * batches are in flight): whether the batches in flight committed is
@@ -121,19 +103,19 @@ struct pgstore_call {
 int pgstore_send(struct pgstore *p, struct pgstore_call *calls, size_t n);
 
 /* Writes what is queued for the socket: 0 when all is written, 1 when
- * some is left (wait until the socket is writable), or PGSTORE_EDOWN. */
+ * some is left (wait until the socket is writable), or STORE_EDOWN. */
 int pgstore_flush(struct pgstore *p);
 
 /* Takes what the socket has (call it when it is readable). */
 int pgstore_read(struct pgstore *p);
 
 /* The oldest batch in flight, once its answer is all there: returns 1,
- * *calls the array it was sent with, and *err its outcome: PGSTORE_OK,
+ * *calls the array it was sent with, and *err its outcome: STORE_OK,
  * the transaction committed (durable as the database's settings make
  * it: synchronous_commit) and every call is decided, *db_now_ns the
  * database's clock during it (0 when nothing had to be sent); or
- * PGSTORE_EFAIL, nothing was applied. Returns 0 while its answer is not
- * all there, or PGSTORE_EDOWN. */
+ * STORE_EFAIL, nothing was applied. Returns 0 while its answer is not
+ * all there, or STORE_EDOWN. */
 int pgstore_done(struct pgstore *p, struct pgstore_call **calls, int *err,
                  int64_t *db_now_ns);
 
@@ -159,8 +141,9 @@ int pgstore_get(struct pgstore *p, const char *session, size_t session_len,
 
 /* Calls row_cb for up to limit held leases whose session starts with
  * prefix and sorts after `after` (bytewise), in session order. Strings
- * are valid during the call only. A non-zero return of row_cb stops the
- * list and is returned. */
+ * are valid during the call only. row_cb returns 0 to go on, 1 to stop
+ * (the list then returns STORE_OK), or a negative enum store_err, which
+ * stops the list and is returned. */
 int pgstore_list(struct pgstore *p, const char *prefix, size_t prefix_len,
                  const char *after, size_t after_len, size_t limit,
                  int (*row_cb)(void *arg, const struct lease_row *row,
@@ -196,7 +179,7 @@ int pgstore_collect(struct pgstore *p, size_t max, size_t *collected,
  * the token floor to at least floor, and starts a quarantine of
  * quarantine_ns on the database's clock during which the held ones count
  * as live (their holders may still be renewing elsewhere), all in one
- * transaction. PGSTORE_ECONFIG when the database holds leases. */
+ * transaction. STORE_ECONFIG when the database holds leases. */
 int pgstore_import(struct pgstore *p, const struct lease_row *rows, size_t n,
                    uint64_t floor, int64_t quarantine_ns);
 

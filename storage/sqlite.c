@@ -141,7 +141,7 @@ static int migrate(struct store *s)
     if (version == SCHEMA_VERSION)
         return STORE_OK;
     if (version != 0)
-        return fail(s, STORE_EVERSION,
+        return fail(s, STORE_ECONFIG,
                     "schema version %d is not %d: this database belongs to "
                     "another version of leased",
                     version, SCHEMA_VERSION);
@@ -542,7 +542,7 @@ int store_list(struct store *s, const char *prefix, size_t prefix_len,
     }
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);
-    return err;
+    return err < 0 ? err : STORE_OK; /* 1: row_cb stopped the list */
 }
 
 int store_snapshot(struct store *s, void **out, size_t *len)

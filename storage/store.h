@@ -19,17 +19,7 @@
 #include <stdint.h>
 
 #include "engine.h"
-
-enum store_err {
-    STORE_OK = 0,
-    STORE_EIO = -1,       /* I/O error, disk full, corrupt file */
-    STORE_EBUSY = -2,     /* locked by another process past the timeout */
-    STORE_ECONFLICT = -3, /* a stored row was not what the engine saw */
-    STORE_EVERSION = -4,  /* schema from a newer leased */
-    STORE_ENOMEM = -5,
-    STORE_ESYNC = -6,     /* fsync failed: what was committed may be lost,
-                           * and the page cache is no longer the truth */
-};
+#include "store_err.h"
 
 struct store;
 
@@ -85,8 +75,9 @@ int store_set_meta(struct store *s, const char *key, int64_t value);
 /* Calls row_cb for up to limit rows with an owner (released ones are
  * left out) whose session starts with prefix and sorts after `after`
  * (bytewise; "" for the start), in session order, as committed. Strings
- * are valid during the call only; a non-zero return of row_cb stops the
- * list and is returned. Uses a connection of its own: it may run on one
+ * are valid during the call only. row_cb returns 0 to go on, 1 to stop
+ * (the list then returns STORE_OK), or a negative enum store_err, which
+ * stops the list and is returned. Uses a connection of its own: it may run on one
  * thread while another commits, one list at a time; its errors are told
  * by store_list_errmsg(). */
 int store_list(struct store *s, const char *prefix, size_t prefix_len,

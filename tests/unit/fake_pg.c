@@ -317,7 +317,7 @@ static void decide(struct fake_pg *f, size_t i, struct batch *b)
     struct conn *c = &f->conns[i];
     if (c->fail_batches > 0) {
         c->fail_batches--;
-        b->err = PGSTORE_EFAIL;
+        b->err = STORE_EFAIL;
         snprintf(c->errmsg, sizeof(c->errmsg),
                  "deciding: injected failure (nothing applied)");
         note(c, 'F');
@@ -325,7 +325,7 @@ static void decide(struct fake_pg *f, size_t i, struct batch *b)
         f->commits++;
         for (size_t k = 0; k < b->n; k++)
             decide_call(f, i, &b->calls[k]);
-        b->err = PGSTORE_OK;
+        b->err = STORE_OK;
         note(c, 'B');
     }
     b->db_now_ns = f->now_ns;
@@ -387,18 +387,18 @@ static int down(struct conn *c, const char *what)
     snprintf(c->errmsg, sizeof(c->errmsg), "%s: %s", what,
              c->connected ? "server closed the connection unexpectedly"
                           : "not connected");
-    return PGSTORE_EDOWN;
+    return STORE_EDOWN;
 }
 
 int pgstore_send(struct pgstore *p, struct pgstore_call *calls, size_t n)
 {
     struct fake_pg *f = p->f;
     struct conn *c = loop_enter(p, "pgstore_send during a blocking call");
-    int rc = PGSTORE_OK;
+    int rc = STORE_OK;
     if (n == 0 || c->npipe >= PGSTORE_PIPELINE_MAX) {
         misuse(f, "pgstore_send: n is 0, or the pipeline is full",
                p->index);
-        rc = PGSTORE_EFAIL;
+        rc = STORE_EFAIL;
     } else if (!c->connected || c->broken) {
         rc = down(c, "deciding");
     } else {
@@ -431,7 +431,7 @@ int pgstore_read(struct pgstore *p)
 {
     struct fake_pg *f = p->f;
     struct conn *c = loop_enter(p, "pgstore_read during a blocking call");
-    int rc = PGSTORE_OK;
+    int rc = STORE_OK;
     if (!c->connected || c->broken)
         rc = down(c, "deciding");
     else
@@ -534,9 +534,9 @@ static int job_enter(struct pgstore *p, enum fake_pg_call k)
     if (g->hold && g->pass > 0)
         g->pass--;
     int err = g->fail;
-    if (err != PGSTORE_OK && g->fail_left > 0 && --g->fail_left == 0)
-        g->fail = PGSTORE_OK;
-    if (err != PGSTORE_OK)
+    if (err != STORE_OK && g->fail_left > 0 && --g->fail_left == 0)
+        g->fail = STORE_OK;
+    if (err != STORE_OK)
         snprintf(c->errmsg, sizeof(c->errmsg), "injected failure %d", err);
     else if (k != FAKE_PG_CONNECT && (!c->connected || c->broken))
         err = down(c, "a blocking call");
@@ -548,7 +548,7 @@ static void job_leave(struct pgstore *p, enum fake_pg_call k, int err,
 {
     struct fake_pg *f = p->f;
     struct conn *c = conn_of(p);
-    note(c, err == PGSTORE_OK ? letter : k == FAKE_PG_CONNECT ? 'n' : 'x');
+    note(c, err == STORE_OK ? letter : k == FAKE_PG_CONNECT ? 'n' : 'x');
     c->in_job = false;
     f->gate[k].returned++;
     notify(f);
@@ -562,12 +562,12 @@ int pgstore_connect(struct pgstore *p, struct pgstore_primary *primary)
     c->npipe = 0;
     c->connected = c->broken = false;
     close_fds(c);
-    if (err == PGSTORE_OK && !open_fds(c)) {
+    if (err == STORE_OK && !open_fds(c)) {
         snprintf(c->errmsg, sizeof(c->errmsg), "socketpair: %s",
                  strerror(errno));
-        err = PGSTORE_EDOWN;
+        err = STORE_EDOWN;
     }
-    c->connected = err == PGSTORE_OK;
+    c->connected = err == STORE_OK;
     if (primary != NULL)
         *primary = (struct pgstore_primary){false, 1, 0};
     job_leave(p, FAKE_PG_CONNECT, err, 'N');
@@ -585,7 +585,7 @@ int pgstore_get(struct pgstore *p, const char *session, size_t session_len,
 {
     struct fake_pg *f = p->f;
     int err = job_enter(p, FAKE_PG_GET);
-    if (err == PGSTORE_OK) {
+    if (err == STORE_OK) {
         struct row *at = find(f, session, session_len);
         *found = at != NULL && at->owner_len > 0;
         if (*found) {
@@ -621,14 +621,14 @@ int pgstore_list(struct pgstore *p, const char *prefix, size_t prefix_len,
     struct fake_pg *f = p->f;
     int err = job_enter(p, FAKE_PG_LIST);
     struct row *sorted = NULL;
-    if (err == PGSTORE_OK && f->nrows > 0) {
+    if (err == STORE_OK && f->nrows > 0) {
         sorted = malloc(f->nrows * sizeof(*sorted));
         if (sorted == NULL)
             abort();
         memcpy(sorted, f->rows, f->nrows * sizeof(*sorted));
         qsort(sorted, f->nrows, sizeof(*sorted), by_session);
     }
-    for (size_t i = 0, n = 0; err == PGSTORE_OK && sorted != NULL &&
+    for (size_t i = 0, n = 0; err == STORE_OK && sorted != NULL &&
                               i < f->nrows && n < limit;
          i++) {
         const struct row *r = &sorted[i];
@@ -643,7 +643,8 @@ int pgstore_list(struct pgstore *p, const char *prefix, size_t prefix_len,
         n++;
     }
     free(sorted);
-    job_leave(p, FAKE_PG_LIST, err < 0 ? err : PGSTORE_OK, 'L');
+    err = err < 0 ? err : STORE_OK; /* 1: row_cb stopped the list */
+    job_leave(p, FAKE_PG_LIST, err, 'L');
     return err;
 }
 
@@ -653,7 +654,7 @@ int pgstore_revoke(struct pgstore *p, const char *session,
 {
     struct fake_pg *f = p->f;
     int err = job_enter(p, FAKE_PG_REVOKE);
-    if (err == PGSTORE_OK) {
+    if (err == STORE_OK) {
         struct row *at = find(f, session, session_len);
         struct rules_row before;
         struct rules_request req = {NULL, 0, token};
@@ -683,7 +684,7 @@ int pgstore_stats(struct pgstore *p, struct pgstore_stats *st)
 {
     struct fake_pg *f = p->f;
     int err = job_enter(p, FAKE_PG_STATS);
-    if (err == PGSTORE_OK) {
+    if (err == STORE_OK) {
         *st = (struct pgstore_stats){.entries = f->nrows,
                                      .high_water = f->floor};
         for (size_t i = 0; i < f->nrows; i++) {
@@ -703,7 +704,7 @@ int pgstore_collect(struct pgstore *p, size_t max, size_t *collected,
     struct fake_pg *f = p->f;
     int err = job_enter(p, FAKE_PG_COLLECT);
     *collected = *expired = 0;
-    for (size_t i = 0; err == PGSTORE_OK && i < f->nrows &&
+    for (size_t i = 0; err == STORE_OK && i < f->nrows &&
                        *collected < max;) {
         struct row *r = &f->rows[i];
         struct rules_row rr;
@@ -746,18 +747,18 @@ int pgstore_open(const struct pgstore_options *o, struct pgstore **out,
 {
     snprintf(errmsg, len, "the fake database opens with fake_pg_open()");
     *out = NULL;
-    return PGSTORE_ECONFIG;
+    return STORE_ECONFIG;
 }
 
 int pgstore_import(struct pgstore *p, const struct lease_row *rows, size_t n,
                    uint64_t floor, int64_t quarantine_ns)
 {
-    return PGSTORE_ECONFIG;
+    return STORE_ECONFIG;
 }
 
 int pgstore_raise_tokens(struct pgstore *p, uint64_t floor, size_t *raised)
 {
-    return PGSTORE_ECONFIG;
+    return STORE_ECONFIG;
 }
 
 /* --- The test's side ------------------------------------------------------ */

@@ -11,9 +11,9 @@
  *  - a pipeline per connection that the test drives: a batch sent is
  *    decided and committed only once the test answers it
  *    (fake_pg_answer) while batches are held (fake_pg_hold_batches),
- *    else at once; it can fail (fake_pg_fail_batches: PGSTORE_EFAIL,
+ *    else at once; it can fail (fake_pg_fail_batches: STORE_EFAIL,
  *    nothing applied), the connection can break (fake_pg_break:
- *    PGSTORE_EDOWN, the batches in flight dropped uncommitted), and the
+ *    STORE_EDOWN, the batches in flight dropped uncommitted), and the
  *    socket can be full (fake_pg_set_full: sent batches reach the
  *    database only once flushed). Each connection's socket is one end
  *    of a real socketpair: readable while an answer waits to be read or
@@ -108,11 +108,11 @@ size_t fake_pg_in_flight(struct fake_pg *f, size_t conn);
  * into sizes and returns how many there were. */
 size_t fake_pg_sent(struct fake_pg *f, size_t conn, size_t *sizes,
                     size_t max);
-/* The next n batches answered on conn fail (PGSTORE_EFAIL, nothing
+/* The next n batches answered on conn fail (STORE_EFAIL, nothing
  * applied). */
 void fake_pg_fail_batches(struct fake_pg *f, size_t conn, unsigned n);
 /* Connection conn breaks: its socket turns readable, and its calls
- * return PGSTORE_EDOWN until it is connected again; its batches not
+ * return STORE_EDOWN until it is connected again; its batches not
  * answered are dropped, never committed. */
 void fake_pg_break(struct fake_pg *f, size_t conn);
 /* While full, pgstore_flush() on conn returns 1, its socket is not
@@ -133,7 +133,7 @@ void fake_pg_step(struct fake_pg *f, enum fake_pg_call c);
 /* Lets every call of kind c go, and holds none any more. */
 void fake_pg_release(struct fake_pg *f, enum fake_pg_call c);
 /* The next n calls of kind c (0: every one, until called again with
- * PGSTORE_OK) end with err, decided when they pass their gate; nothing
+ * STORE_OK) end with err, decided when they pass their gate; nothing
  * is applied. */
 void fake_pg_fail(struct fake_pg *f, enum fake_pg_call c, int err,
                   unsigned n);

@@ -220,7 +220,7 @@ static void end_case(void)
 {
     for (int c = 0; c < FAKE_PG_NCALLS; c++) {
         fake_pg_release(h->fake, (enum fake_pg_call)c);
-        fake_pg_fail(h->fake, (enum fake_pg_call)c, PGSTORE_OK, 0);
+        fake_pg_fail(h->fake, (enum fake_pg_call)c, STORE_OK, 0);
     }
     fake_pg_hold_batches(h->fake, false);
     /* Closing waits for what is in flight; nothing may be queued. */
@@ -470,7 +470,7 @@ TEST(lost_connection_refuses_and_reconnects)
     acquire(&a2, "s2", "alice");
     SUBMIT(&a2);
     CHECK_EQ_U64(fake_pg_waiting(h->fake, 0), 2);
-    fake_pg_fail(h->fake, FAKE_PG_CONNECT, PGSTORE_EDOWN, 0);
+    fake_pg_fail(h->fake, FAKE_PG_CONNECT, STORE_EDOWN, 0);
     fake_pg_break(h->fake, 0);
     RUN_UNTIL(answered(&a1) && answered(&a2));
     CHECK_EQ_I64(a1.status, REPLY_UNAVAILABLE);
@@ -492,7 +492,7 @@ TEST(lost_connection_refuses_and_reconnects)
     unsigned tried = fake_pg_returned(h->fake, FAKE_PG_CONNECT);
     RUN_UNTIL(fake_pg_returned(h->fake, FAKE_PG_CONNECT) >= tried + 4);
     CHECK_EQ_U64(h->nstorage, 1);
-    fake_pg_fail(h->fake, FAKE_PG_CONNECT, PGSTORE_OK, 0);
+    fake_pg_fail(h->fake, FAKE_PG_CONNECT, STORE_OK, 0);
     RUN_UNTIL(h->nstorage == 2);
     CHECK(h->storage[1]);
     fake_pg_hold_batches(h->fake, false);
@@ -546,7 +546,7 @@ TEST(failed_admin_call_is_unavailable)
 {
     begin_case(1);
     struct request g, g2;
-    fake_pg_fail(h->fake, FAKE_PG_GET, PGSTORE_EFAIL, 1);
+    fake_pg_fail(h->fake, FAKE_PG_GET, STORE_EFAIL, 1);
     admin_req(&g, OP_GET, "s1", 0);
     SUBMIT(&g);
     RUN_UNTIL(answered(&g));

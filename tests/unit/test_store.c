@@ -237,7 +237,7 @@ TEST(newer_schema_refused)
     struct store *s = NULL;
     char err[256];
     CHECK_EQ_I64(store_open(path, 200, &s, err, sizeof(err)),
-                 STORE_EVERSION);
+                 STORE_ECONFIG);
     CHECK(s == NULL);
     CHECK(strstr(err, "schema version 2") != NULL);
 }
