@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "errmsg.h"
 #include "lease.h"
 #include "validate.h"
 
@@ -28,7 +29,7 @@ int client_fail(int err, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_errmsg, sizeof(last_errmsg), fmt, ap);
+    errmsg_vfail(err, last_errmsg, sizeof(last_errmsg), fmt, ap);
     va_end(ap);
     return err;
 }

@@ -76,8 +76,8 @@ static int mem_acquire(void *impl, const char *session_id, const char *owner,
     pthread_mutex_lock(&m->lock);
     int64_t now_ns = m->now_ns(m->arg);
     collect_some(m, now_ns);
-    enum engine_result rc = engine_acquire(m->engine, now_ns, session_id, slen, owner, olen,
-                            &g, &chg);
+    enum engine_result rc = engine_acquire(m->engine, now_ns, session_id,
+                                           slen, owner, olen, &g, &chg);
     int err = result(rc, m->engine, &chg, errmsg, len);
     pthread_mutex_unlock(&m->lock);
     if (err == LEASE_OK)
@@ -94,8 +94,9 @@ static int mem_renew(void *impl, const struct lease *cur, struct lease *out,
     struct engine_grant g;
     struct engine_change chg;
     pthread_mutex_lock(&m->lock);
-    enum engine_result rc = engine_renew(m->engine, m->now_ns(m->arg), cur->session_id,
-                          slen, cur->owner, olen, cur->token, &g, &chg);
+    enum engine_result rc =
+        engine_renew(m->engine, m->now_ns(m->arg), cur->session_id, slen,
+                     cur->owner, olen, cur->token, &g, &chg);
     int err = result(rc, m->engine, &chg, errmsg, len);
     pthread_mutex_unlock(&m->lock);
     if (err == LEASE_OK)
@@ -110,9 +111,9 @@ static int mem_release(void *impl, const struct lease *cur, char *errmsg,
     struct memory *m = impl;
     struct engine_change chg;
     pthread_mutex_lock(&m->lock);
-    enum engine_result rc = engine_release(m->engine, cur->session_id,
-                            strlen(cur->session_id), cur->owner,
-                            strlen(cur->owner), cur->token, &chg);
+    enum engine_result rc =
+        engine_release(m->engine, cur->session_id, strlen(cur->session_id),
+                       cur->owner, strlen(cur->owner), cur->token, &chg);
     int err = result(rc, m->engine, &chg, errmsg, len);
     pthread_mutex_unlock(&m->lock);
     return err;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "errmsg.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "leased/admin/v1/admin.pb-c.h"
 #include "leased/codec/v1/wire.pb-c.h"
@@ -27,7 +28,7 @@ invalid(struct request *req, const char *fmt, ...)
     va_list ap;
     va_start(ap, fmt);
     req->status = REPLY_INVALID;
-    vsnprintf(req->reason, sizeof(req->reason), fmt, ap);
+    errmsg_vfail(-1, req->reason, sizeof(req->reason), fmt, ap);
     va_end(ap);
     return -1;
 }

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "engine.h"
+#include "errmsg.h"
 #include "log.h"
 #include "readfile.h"
 
@@ -103,9 +104,8 @@ static int fail(struct parse *ps, const char *what, const char *detail)
 {
     char quoted[128];
     log_quotable(quoted, sizeof(quoted), detail, strlen(detail));
-    snprintf(ps->errmsg, ps->len, "%s: line %d: %s%s", ps->name, ps->line,
-             what, quoted);
-    return -1;
+    return errmsg_fail(-1, ps->errmsg, ps->len, "%s: line %d: %s%s",
+                       ps->name, ps->line, what, quoted);
 }
 
 /* array (*cap items of size bytes) with twice the room, or NULL when

@@ -38,6 +38,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "errmsg.h"
 #include "faultpoint.h"
 
 #define SCHEMA_VERSION 1
@@ -86,11 +87,12 @@ struct store {
     "SELECT session_id, owner, token, expiry_ns FROM leases "             \
     "WHERE session_id > ?1 AND session_id >= ?2 ORDER BY session_id"
 
-static int fail(struct store *s, int err, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static int
+fail(struct store *s, int err, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(s->errmsg, sizeof(s->errmsg), fmt, ap);
+    errmsg_vfail(err, s->errmsg, sizeof(s->errmsg), fmt, ap);
     va_end(ap);
     return err;
 }

@@ -77,9 +77,9 @@ int store_set_meta(struct store *s, const char *key, int64_t value);
  * (bytewise; "" for the start), in session order, as committed. Strings
  * are valid during the call only. row_cb returns 0 to go on, 1 to stop
  * (the list then returns STORE_OK), or a negative enum store_err, which
- * stops the list and is returned. Uses a connection of its own: it may run on one
- * thread while another commits, one list at a time; its errors are told
- * by store_list_errmsg(). */
+ * stops the list and is returned. Uses a connection of its own: it may
+ * run on one thread while another commits, one list at a time; its
+ * errors are told by store_list_errmsg(). */
 int store_list(struct store *s, const char *prefix, size_t prefix_len,
                const char *after, size_t after_len, size_t limit,
                int (*row_cb)(void *arg, const struct lease_row *row),
