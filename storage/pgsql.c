@@ -173,7 +173,7 @@ static const char leased_rule[] =
 /* A batch: calls i = 1..n, op[i] an enum rules_op, in session order
  * (then arrival order), decided in their order, one row each: code (enum
  * rules_code), the lease's token and expiry (code 0), flags (enum
- * pgstore_flag: 1 takeover, 2 it replaced an expired holder, 4 a renewal
+ * rules_flag: 1 takeover, 2 it replaced an expired holder, 4 a renewal
  * after expiry), and the time of the decision. One statement for the
  * whole batch: its calls cost no round trip, parse or plan of their own.
  * The floor lock first.

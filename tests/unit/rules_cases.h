@@ -25,7 +25,7 @@ enum rules_case_row {
 
 /* What the rules answer: code, and after RULES_OK the row and flags
  * (1 takeover, 2 the row had an owner, 4 a renewal after expiry: enum
- * pgstore_flag). After a refusal, owner "", token, expiry and flags 0. */
+ * rules_flag). After a refusal, owner "", token, expiry and flags 0. */
 struct rules_answer {
     int code;
     char owner[RULES_CASE_OWNER_MAX];
