@@ -3,8 +3,8 @@
  *
  * Each lease, admin or unknown-method call is a struct rpc, used by one
  * thread at a time. It moves through rpc_states[], a checked state machine
- * (core/sm.h: in debug builds every move is checked against the table,
- * and then rpc_invariant() checks the fields the new state promises):
+ * (core/sm.h: every move is checked against the table, and in debug
+ * builds rpc_invariant() then checks the fields the new state promises):
  *
  *                  +-------------------------------------+
  *                  |                                     v

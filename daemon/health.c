@@ -3,9 +3,9 @@
  *
  * Each Check or Watch call is a struct health_call, on the
  * completion-queue (CQ) thread only. It moves through call_states[], a
- * checked state machine (core/sm.h: in debug builds every move is checked
- * against the table, and then call_invariant() checks the fields the new
- * state promises). A Check has one batch: its reply (status, message,
+ * checked state machine (core/sm.h: every move is checked against the
+ * table, and in debug builds call_invariant() then checks the fields the
+ * new state promises). A Check has one batch: its reply (status, message,
  * close). A Watch stream has two, each with its own tag: RECV_CLOSE_ON_
  * SERVER (`closed`), pending from the start until the call is over, and
  * at most one send at a time (`sent`), a status message or, to end the
