@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "engine.h"
+#include "fake_gate.h"
 #include "postgres.h"
 
 /* A row as stored, strings kept in place. */
@@ -53,31 +53,21 @@ struct conn {
     struct row scratch; /* what get and revoke return */
 };
 
-struct gate {
-    bool hold;
-    unsigned pass; /* calls fake_pg_step let go, not yet gone */
-    unsigned entered, waiting, returned;
-    int fail;
-    unsigned fail_left; /* 0: fail stays */
-};
-
 struct record {
     struct fake_pg_decision d;
     bool claimed;
 };
 
+_Static_assert(FAKE_PG_NCALLS <= FAKE_GATE_KINDS, "a gate for each call");
+
 struct fake_pg {
-    pthread_mutex_t mu;
-    pthread_cond_t cv; /* on CLOCK_MONOTONIC */
-    void (*changed)(void *arg);
-    void *changed_arg;
+    struct fake_gates gates; /* and the lock that guards it all */
     int64_t ttl_ns, now_ns;
     bool hold_batches;
 
     struct conn conns[FAKE_PG_MAX_CONNS];
     size_t nconns, nclosed;
-    struct gate gate[FAKE_PG_NCALLS];
-    unsigned timeouts, misuses;
+    unsigned misuses;
     char misuse[256];
 
     struct row *rows;
@@ -107,12 +97,6 @@ static void *append(void *arr_p, size_t *n, size_t *cap, size_t size)
         *cap = c;
     }
     return (char *)*arr + (*n)++ * size;
-}
-
-static void notify(struct fake_pg *f)
-{
-    if (f->changed != NULL)
-        f->changed(f->changed_arg);
 }
 
 /* A breach of postgres.h's rules (lock held). */
@@ -353,7 +337,7 @@ static size_t answer(struct fake_pg *f, size_t i, size_t n)
         }
     }
     if (done > 0)
-        notify(f);
+        fake_gate_notify(&f->gates);
     return done;
 }
 
@@ -374,7 +358,7 @@ static void flushed(struct fake_pg *f, size_t i)
 static struct conn *loop_enter(const struct pgstore *p, const char *what)
 {
     struct fake_pg *f = p->f;
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     struct conn *c = conn_of(p);
     if (c->in_job)
         misuse(f, what, p->index);
@@ -408,7 +392,7 @@ int pgstore_send(struct pgstore *p, struct pgstore_call *calls, size_t n)
         if (!c->full)
             flushed(f, p->index);
     }
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return rc;
 }
 
@@ -423,7 +407,7 @@ int pgstore_flush(struct pgstore *p)
         rc = 1;
     else
         flushed(f, p->index);
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return rc;
 }
 
@@ -436,7 +420,7 @@ int pgstore_read(struct pgstore *p)
         rc = down(c, "deciding");
     else
         drain_fd(c->fds[0]);
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return rc;
 }
 
@@ -459,7 +443,7 @@ int pgstore_done(struct pgstore *p, struct pgstore_call **calls, int *err,
         c->npipe--;
         rc = 1;
     }
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return rc;
 }
 
@@ -468,7 +452,7 @@ int pgstore_socket(const struct pgstore *p)
     struct fake_pg *f = p->f;
     struct conn *c = loop_enter(p, "pgstore_socket during a blocking call");
     int fd = c->connected ? c->fds[0] : -1;
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return fd;
 }
 
@@ -481,15 +465,15 @@ void pgstore_disconnect(struct pgstore *p)
     c->connected = c->broken = false;
     c->npipe = 0; /* dropped: never committed */
     note(c, '|');
-    notify(f);
-    pthread_mutex_unlock(&f->mu);
+    fake_gate_notify(&f->gates);
+    pthread_mutex_unlock(&f->gates.mu);
 }
 
 uint64_t pgstore_warnings(struct pgstore *p, char *msg, size_t len)
 {
     struct fake_pg *f = p->f;
     loop_enter(p, "pgstore_warnings during a blocking call");
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return 0;
 }
 
@@ -506,7 +490,7 @@ const char *pgstore_errmsg(const struct pgstore *p)
 static int job_enter(struct pgstore *p, enum fake_pg_call k)
 {
     struct fake_pg *f = p->f;
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     struct conn *c = conn_of(p);
     if (c->in_job)
         misuse(f, "two blocking calls at once", p->index);
@@ -514,28 +498,7 @@ static int job_enter(struct pgstore *p, enum fake_pg_call k)
         misuse(f, "a blocking call while a batch is in flight", p->index);
     c->in_job = true;
     c->on_loop = false;
-    struct gate *g = &f->gate[k];
-    g->entered++;
-    notify(f);
-    if (g->hold && g->pass == 0) {
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += FAKE_PG_GATE_MS / 1000;
-        g->waiting++;
-        notify(f);
-        while (g->hold && g->pass == 0) {
-            if (pthread_cond_timedwait(&f->cv, &f->mu, &until) == ETIMEDOUT) {
-                f->timeouts++;
-                break;
-            }
-        }
-        g->waiting--;
-    }
-    if (g->hold && g->pass > 0)
-        g->pass--;
-    int err = g->fail;
-    if (err != STORE_OK && g->fail_left > 0 && --g->fail_left == 0)
-        g->fail = STORE_OK;
+    int err = fake_gate_enter(&f->gates, k);
     if (err != STORE_OK)
         snprintf(c->errmsg, sizeof(c->errmsg), "injected failure %d", err);
     else if (k != FAKE_PG_CONNECT && (!c->connected || c->broken))
@@ -550,9 +513,8 @@ static void job_leave(struct pgstore *p, enum fake_pg_call k, int err,
     struct conn *c = conn_of(p);
     note(c, err == STORE_OK ? letter : k == FAKE_PG_CONNECT ? 'n' : 'x');
     c->in_job = false;
-    f->gate[k].returned++;
-    notify(f);
-    pthread_mutex_unlock(&f->mu);
+    fake_gate_leave(&f->gates, k);
+    pthread_mutex_unlock(&f->gates.mu);
 }
 
 int pgstore_connect(struct pgstore *p, struct pgstore_primary *primary)
@@ -728,7 +690,7 @@ void pgstore_close(struct pgstore *p)
     if (p == NULL)
         return;
     struct fake_pg *f = p->f;
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     struct conn *c = conn_of(p);
     if (c->in_job || c->npipe > 0)
         misuse(f, "closed while in use", p->index);
@@ -736,8 +698,8 @@ void pgstore_close(struct pgstore *p)
     c->connected = false;
     c->closed = true;
     f->nclosed++;
-    notify(f);
-    pthread_mutex_unlock(&f->mu);
+    fake_gate_notify(&f->gates);
+    pthread_mutex_unlock(&f->gates.mu);
     free(p);
 }
 
@@ -769,14 +731,7 @@ struct fake_pg *fake_pg_create(int64_t ttl_ns, void (*changed)(void *arg),
     struct fake_pg *f = calloc(1, sizeof(*f));
     if (f == NULL)
         return NULL;
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&f->cv, &attr);
-    pthread_condattr_destroy(&attr);
-    pthread_mutex_init(&f->mu, NULL);
-    f->changed = changed;
-    f->changed_arg = arg;
+    fake_gate_init(&f->gates, FAKE_PG_GATE_MS, changed, arg);
     f->ttl_ns = ttl_ns;
     f->now_ns = INT64_C(1000000000000);
     for (size_t i = 0; i < FAKE_PG_MAX_CONNS; i++)
@@ -792,8 +747,7 @@ void fake_pg_destroy(struct fake_pg *f)
         close_fds(&f->conns[i]);
         free(f->conns[i].sent);
     }
-    pthread_mutex_destroy(&f->mu);
-    pthread_cond_destroy(&f->cv);
+    fake_gate_destroy(&f->gates);
     free(f->rows);
     free(f->records);
     free(f);
@@ -804,70 +758,70 @@ struct pgstore *fake_pg_open(struct fake_pg *f)
     struct pgstore *p = calloc(1, sizeof(*p));
     if (p == NULL)
         return NULL;
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     struct conn *c = f->nconns < FAKE_PG_MAX_CONNS ? &f->conns[f->nconns]
                                                    : NULL;
     if (c == NULL || !open_fds(c)) {
-        pthread_mutex_unlock(&f->mu);
+        pthread_mutex_unlock(&f->gates.mu);
         free(p);
         return NULL;
     }
     p->f = f;
     p->index = f->nconns++;
     c->made = c->connected = c->on_loop = true;
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return p;
 }
 
 size_t fake_pg_conns(struct fake_pg *f)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     size_t n = f->nconns;
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return n;
 }
 
 size_t fake_pg_closed(struct fake_pg *f)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     size_t n = f->nclosed;
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return n;
 }
 
 void fake_pg_set_now(struct fake_pg *f, int64_t now_ns)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     f->now_ns = now_ns;
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
 }
 
 void fake_pg_hold_batches(struct fake_pg *f, bool hold)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     f->hold_batches = hold;
     for (size_t i = 0; !hold && i < f->nconns; i++)
         answer(f, i, SIZE_MAX);
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
 }
 
 size_t fake_pg_answer(struct fake_pg *f, size_t conn, size_t n)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     conn_at(f, conn);
     size_t done = answer(f, conn, n);
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return done;
 }
 
 static size_t count_state(struct fake_pg *f, size_t conn, int state)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     struct conn *c = conn_at(f, conn);
     size_t n = 0;
     for (size_t k = 0; k < c->npipe; k++)
         n += state < 0 || at_pipe(c, k)->state == (enum batch_state)state;
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return n;
 }
 
@@ -884,137 +838,116 @@ size_t fake_pg_in_flight(struct fake_pg *f, size_t conn)
 size_t fake_pg_sent(struct fake_pg *f, size_t conn, size_t *sizes,
                     size_t max)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     struct conn *c = conn_at(f, conn);
     for (size_t i = 0; i < c->nsent && i < max; i++)
         sizes[i] = c->sent[i];
     size_t n = c->nsent;
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return n;
 }
 
 void fake_pg_fail_batches(struct fake_pg *f, size_t conn, unsigned n)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     conn_at(f, conn)->fail_batches = n;
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
 }
 
 void fake_pg_break(struct fake_pg *f, size_t conn)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     struct conn *c = conn_at(f, conn);
     if (c->connected && !c->broken) {
         c->broken = true;
         poke(c);
-        notify(f);
+        fake_gate_notify(&f->gates);
     }
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
 }
 
 void fake_pg_set_full(struct fake_pg *f, size_t conn, bool full)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     struct conn *c = conn_at(f, conn);
     if (c->full != full) {
         c->full = full;
         fill(c, full);
     }
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
 }
 
 bool fake_pg_connected(struct fake_pg *f, size_t conn)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     bool yes = conn_at(f, conn)->connected;
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return yes;
 }
 
 bool fake_pg_on_loop(struct fake_pg *f, size_t conn)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     bool yes = conn_at(f, conn)->on_loop;
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return yes;
 }
 
 void fake_pg_hold(struct fake_pg *f, enum fake_pg_call c)
 {
-    pthread_mutex_lock(&f->mu);
-    f->gate[c].hold = true;
-    f->gate[c].pass = 0;
-    pthread_mutex_unlock(&f->mu);
+    fake_gate_hold(&f->gates, c);
 }
 
 void fake_pg_step(struct fake_pg *f, enum fake_pg_call c)
 {
-    pthread_mutex_lock(&f->mu);
-    f->gate[c].pass++;
-    pthread_cond_broadcast(&f->cv);
-    pthread_mutex_unlock(&f->mu);
+    fake_gate_step(&f->gates, c);
 }
 
 void fake_pg_release(struct fake_pg *f, enum fake_pg_call c)
 {
-    pthread_mutex_lock(&f->mu);
-    f->gate[c].hold = false;
-    f->gate[c].pass = 0;
-    pthread_cond_broadcast(&f->cv);
-    pthread_mutex_unlock(&f->mu);
+    fake_gate_release(&f->gates, c);
 }
 
 void fake_pg_fail(struct fake_pg *f, enum fake_pg_call c, int err,
                   unsigned n)
 {
-    pthread_mutex_lock(&f->mu);
-    f->gate[c].fail = err;
-    f->gate[c].fail_left = n;
-    pthread_mutex_unlock(&f->mu);
-}
-
-static unsigned counter(struct fake_pg *f, const unsigned *field)
-{
-    pthread_mutex_lock(&f->mu);
-    unsigned n = *field;
-    pthread_mutex_unlock(&f->mu);
-    return n;
+    fake_gate_fail(&f->gates, c, err, n);
 }
 
 unsigned fake_pg_entered(struct fake_pg *f, enum fake_pg_call c)
 {
-    return counter(f, &f->gate[c].entered);
+    return fake_gate_read(&f->gates, &f->gates.gate[c].entered);
 }
 
 unsigned fake_pg_waiting_calls(struct fake_pg *f, enum fake_pg_call c)
 {
-    return counter(f, &f->gate[c].waiting);
+    return fake_gate_read(&f->gates, &f->gates.gate[c].waiting);
 }
 
 unsigned fake_pg_returned(struct fake_pg *f, enum fake_pg_call c)
 {
-    return counter(f, &f->gate[c].returned);
+    return fake_gate_read(&f->gates, &f->gates.gate[c].returned);
 }
 
 unsigned fake_pg_timeouts(struct fake_pg *f)
 {
-    return counter(f, &f->timeouts);
+    return fake_gate_read(&f->gates, &f->gates.timeouts);
 }
 
 unsigned fake_pg_misuses(struct fake_pg *f, char *why, size_t len)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     unsigned n = f->misuses;
     if (why != NULL && len > 0)
         snprintf(why, len, "%s", f->misuse);
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return n;
 }
 
 size_t fake_pg_decisions(struct fake_pg *f, const char *session,
                          struct fake_pg_decision *d, size_t max)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     size_t n = 0;
     for (size_t i = 0; i < f->nrecords; i++) {
         if (strcmp(f->records[i].d.session, session) != 0)
@@ -1023,7 +956,7 @@ size_t fake_pg_decisions(struct fake_pg *f, const char *session,
             d[n] = f->records[i].d;
         n++;
     }
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return n;
 }
 
@@ -1031,7 +964,7 @@ bool fake_pg_claim(struct fake_pg *f, enum rules_op op, const char *session,
                    const char *owner, uint64_t token, int code,
                    uint64_t granted, int64_t expiry_ns)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     bool yes = false;
     for (size_t i = 0; i < f->nrecords && !yes; i++) {
         struct record *r = &f->records[i];
@@ -1043,21 +976,21 @@ bool fake_pg_claim(struct fake_pg *f, enum rules_op op, const char *session,
             continue;
         r->claimed = yes = true;
     }
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return yes;
 }
 
 uint64_t fake_pg_commits(struct fake_pg *f)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     uint64_t n = f->commits;
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return n;
 }
 
 void fake_pg_history(struct fake_pg *f, size_t conn, char *out, size_t len)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     snprintf(out, len, "%s", conn_at(f, conn)->history);
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
 }

@@ -20,7 +20,7 @@
  *    the connection broke, and not writable while "full", so the loop
  *    polls it as it polls libpq's;
  *  - gates for the blocking calls (enum fake_pg_call): held, stepped,
- *    released, failed, as fake_store.h's;
+ *    released, failed, as fake_store.h's (both are fake_gate.h's);
  *  - a model of what was committed: every decision of a committed batch
  *    (and every Revoke), numbered by commit, so that a test can check,
  *    when a reply arrives, that a committed decision stands behind it

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "fake_gate.h"
 #include "store.h"
 
 /* A row as stored, strings kept in place (NUL-terminated as well). */
@@ -34,23 +34,14 @@ struct write {
     struct fake_write w;
 };
 
-struct gate {
-    bool hold;
-    unsigned pass; /* calls fake_step let go, not yet gone */
-    unsigned entered, waiting, returned;
-    int fail;
-};
+_Static_assert(FAKE_NCALLS <= FAKE_GATE_KINDS, "a gate for each call");
 
 struct fake {
-    pthread_mutex_t mu;
-    pthread_cond_t cv; /* on CLOCK_MONOTONIC */
-    void (*changed)(void *arg);
-    void *changed_arg;
+    struct fake_gates gates; /* and the lock that guards it all */
     pthread_t loop_thread;
 
-    struct gate gate[FAKE_NCALLS];
     unsigned running; /* calls in progress, store_sync apart */
-    unsigned timeouts, overlaps;
+    unsigned overlaps;
     bool open, closed;
     char errmsg[256];
 
@@ -95,12 +86,6 @@ static void *append(void *arr_p, size_t *n, size_t *cap, size_t size)
     return (char *)*arr + (*n)++ * size;
 }
 
-static void notify(struct fake *f)
-{
-    if (f->changed != NULL)
-        f->changed(f->changed_arg);
-}
-
 /* A call other than store_sync starts or ends (lock held). */
 static void begin(struct fake *f)
 {
@@ -111,38 +96,6 @@ static void begin(struct fake *f)
 static void end(struct fake *f)
 {
     f->running--;
-}
-
-/* A call of kind c enters (lock held): waits at the gate while it is
- * held, and returns the error it is to end with. */
-static int enter(struct fake *f, enum fake_call c)
-{
-    struct gate *g = &f->gate[c];
-    g->entered++;
-    notify(f);
-    if (g->hold && g->pass == 0) {
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += FAKE_GATE_MS / 1000;
-        g->waiting++;
-        notify(f);
-        while (g->hold && g->pass == 0) {
-            if (pthread_cond_timedwait(&f->cv, &f->mu, &until) == ETIMEDOUT) {
-                f->timeouts++;
-                break;
-            }
-        }
-        g->waiting--;
-    }
-    if (g->hold && g->pass > 0)
-        g->pass--;
-    return g->fail;
-}
-
-static void leave(struct fake *f, enum fake_call c)
-{
-    f->gate[c].returned++;
-    notify(f);
 }
 
 static void set_row(struct row *r, const struct lease_row *l)
@@ -309,12 +262,12 @@ void store_close(struct store *s)
     if (s == NULL)
         return;
     struct fake *f = s->f;
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     if (f->running > 0)
         f->overlaps++;
     f->open = false;
     f->closed = true;
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     free(s);
 }
 
@@ -323,7 +276,7 @@ int store_load(struct store *s,
                void *arg, uint64_t *floor)
 {
     struct fake *f = s->f;
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     begin(f);
     int err = STORE_OK;
     for (size_t i = 0; i < f->nrows && err == STORE_OK; i++) {
@@ -334,36 +287,36 @@ int store_load(struct store *s,
     }
     *floor = f->floor;
     end(f);
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return err;
 }
 
 int store_apply(struct store *s, const struct engine_change *chgs, size_t n)
 {
     struct fake *f = s->f;
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     begin(f);
-    int err = enter(f, FAKE_APPLY);
+    int err = fake_gate_enter(&f->gates, FAKE_APPLY);
     if (err == STORE_OK)
         err = apply_all(f, chgs, n);
     else
         snprintf(f->errmsg, sizeof(f->errmsg), "injected failure %d", err);
-    leave(f, FAKE_APPLY);
+    fake_gate_leave(&f->gates, FAKE_APPLY);
     end(f);
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return err;
 }
 
 int store_sync(struct store *s)
 {
     struct fake *f = s->f;
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     uint64_t covers = f->commits; /* those that ended before it began */
-    int err = enter(f, FAKE_SYNC);
+    int err = fake_gate_enter(&f->gates, FAKE_SYNC);
     if (err == STORE_OK && covers > f->synced)
         f->synced = covers;
-    leave(f, FAKE_SYNC);
-    pthread_mutex_unlock(&f->mu);
+    fake_gate_leave(&f->gates, FAKE_SYNC);
+    pthread_mutex_unlock(&f->gates.mu);
     if (err == STORE_OK)
         return STORE_OK;
     errno = EIO;
@@ -373,7 +326,7 @@ int store_sync(struct store *s)
 int store_cap_expiries(struct store *s, int64_t cap_ns, size_t *capped)
 {
     struct fake *f = s->f;
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     begin(f);
     *capped = 0;
     for (size_t i = 0; i < f->nrows; i++) {
@@ -383,27 +336,27 @@ int store_cap_expiries(struct store *s, int64_t cap_ns, size_t *capped)
         }
     }
     end(f);
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return STORE_OK;
 }
 
 int store_get_meta(struct store *s, const char *key, int64_t *value)
 {
     struct fake *f = s->f;
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     begin(f);
     *value = meta_slot(f, key)->w.value;
     end(f);
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return STORE_OK;
 }
 
 int store_set_meta(struct store *s, const char *key, int64_t value)
 {
     struct fake *f = s->f;
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     begin(f);
-    int err = enter(f, FAKE_SET_META);
+    int err = fake_gate_enter(&f->gates, FAKE_SET_META);
     if (err == STORE_OK || err == STORE_ESYNC) { /* committed */
         meta_slot(f, key)->w.value = value;
         f->commits++;
@@ -420,9 +373,9 @@ int store_set_meta(struct store *s, const char *key, int64_t value)
     snprintf(w->key, sizeof(w->key), "%s", key);
     w->w = (struct fake_write){value, err,
                                pthread_equal(pthread_self(), f->loop_thread)};
-    leave(f, FAKE_SET_META);
+    fake_gate_leave(&f->gates, FAKE_SET_META);
     end(f);
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return err;
 }
 
@@ -475,14 +428,7 @@ struct fake *fake_create(void (*changed)(void *arg), void *arg)
     struct fake *f = calloc(1, sizeof(*f));
     if (f == NULL)
         return NULL;
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&f->cv, &attr);
-    pthread_condattr_destroy(&attr);
-    pthread_mutex_init(&f->mu, NULL);
-    f->changed = changed;
-    f->changed_arg = arg;
+    fake_gate_init(&f->gates, FAKE_GATE_MS, changed, arg);
     f->loop_thread = pthread_self();
     return f;
 }
@@ -491,8 +437,7 @@ void fake_destroy(struct fake *f)
 {
     if (f == NULL)
         return;
-    pthread_mutex_destroy(&f->mu);
-    pthread_cond_destroy(&f->cv);
+    fake_gate_destroy(&f->gates);
     free(f->rows);
     free(f->puts);
     free(f->last);
@@ -507,105 +452,85 @@ struct store *fake_open(struct fake *f)
     if (s == NULL)
         return NULL;
     s->f = f;
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     f->open = true;
     f->closed = false;
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return s;
 }
 
 bool fake_closed(struct fake *f)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     bool closed = f->closed;
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return closed;
 }
 
 void fake_hold(struct fake *f, enum fake_call c)
 {
-    pthread_mutex_lock(&f->mu);
-    f->gate[c].hold = true;
-    f->gate[c].pass = 0;
-    pthread_mutex_unlock(&f->mu);
+    fake_gate_hold(&f->gates, c);
 }
 
 void fake_step(struct fake *f, enum fake_call c)
 {
-    pthread_mutex_lock(&f->mu);
-    f->gate[c].pass++;
-    pthread_cond_broadcast(&f->cv);
-    pthread_mutex_unlock(&f->mu);
+    fake_gate_step(&f->gates, c);
 }
 
 void fake_release(struct fake *f, enum fake_call c)
 {
-    pthread_mutex_lock(&f->mu);
-    f->gate[c].hold = false;
-    f->gate[c].pass = 0;
-    pthread_cond_broadcast(&f->cv);
-    pthread_mutex_unlock(&f->mu);
+    fake_gate_release(&f->gates, c);
 }
 
 void fake_fail(struct fake *f, enum fake_call c, int err)
 {
-    pthread_mutex_lock(&f->mu);
-    f->gate[c].fail = err;
-    pthread_mutex_unlock(&f->mu);
-}
-
-static unsigned counter(struct fake *f, const unsigned *field)
-{
-    pthread_mutex_lock(&f->mu);
-    unsigned n = *field;
-    pthread_mutex_unlock(&f->mu);
-    return n;
+    fake_gate_fail(&f->gates, c, err, 0); /* for good */
 }
 
 unsigned fake_entered(struct fake *f, enum fake_call c)
 {
-    return counter(f, &f->gate[c].entered);
+    return fake_gate_read(&f->gates, &f->gates.gate[c].entered);
 }
 
 unsigned fake_waiting(struct fake *f, enum fake_call c)
 {
-    return counter(f, &f->gate[c].waiting);
+    return fake_gate_read(&f->gates, &f->gates.gate[c].waiting);
 }
 
 unsigned fake_returned(struct fake *f, enum fake_call c)
 {
-    return counter(f, &f->gate[c].returned);
+    return fake_gate_read(&f->gates, &f->gates.gate[c].returned);
 }
 
 unsigned fake_timeouts(struct fake *f)
 {
-    return counter(f, &f->timeouts);
+    return fake_gate_read(&f->gates, &f->gates.timeouts);
 }
 
 unsigned fake_overlaps(struct fake *f)
 {
-    return counter(f, &f->overlaps);
+    return fake_gate_read(&f->gates, &f->overlaps);
 }
 
 void fake_put_meta(struct fake *f, const char *key, int64_t value)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     meta_slot(f, key)->w.value = value;
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
 }
 
 int64_t fake_meta(struct fake *f, const char *key)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     int64_t v = meta_slot(f, key)->w.value;
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return v;
 }
 
 size_t fake_writes(struct fake *f, const char *key, struct fake_write *w,
                    size_t max)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     size_t n = 0;
     for (size_t i = 0; i < f->nwrites; i++) {
         if (strcmp(f->writes[i].key, key) != 0)
@@ -614,17 +539,17 @@ size_t fake_writes(struct fake *f, const char *key, struct fake_write *w,
             w[n] = f->writes[i].w;
         n++;
     }
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return n;
 }
 
 size_t fake_applied(struct fake *f, size_t *sizes, size_t max)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     size_t n = f->napplied;
     for (size_t i = 0; i < n && i < max; i++)
         sizes[i] = f->applied[i];
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return n;
 }
 
@@ -653,18 +578,18 @@ static uint64_t first_put(const struct fake *f, const char *session,
 bool fake_committed(struct fake *f, const char *session, const char *owner,
                     uint64_t token, int64_t expiry_ns)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     bool yes = first_put(f, session, owner, token, expiry_ns) > 0;
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return yes;
 }
 
 bool fake_synced(struct fake *f, const char *session, const char *owner,
                  uint64_t token)
 {
-    pthread_mutex_lock(&f->mu);
+    pthread_mutex_lock(&f->gates.mu);
     uint64_t commit = first_put(f, session, owner, token, -1);
     bool yes = commit > 0 && commit <= f->synced;
-    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_unlock(&f->gates.mu);
     return yes;
 }

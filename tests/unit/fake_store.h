@@ -4,8 +4,8 @@
  *
  * What it is:
  *  - each kind of write (enum fake_call) can be held: its calls wait at a
- *    gate until the test lets them go, one (fake_step) or all
- *    (fake_release); and it can be made to fail (fake_fail);
+ *    gate (fake_gate.h) until the test lets them go, one (fake_step) or
+ *    all (fake_release); and it can be made to fail (fake_fail);
  *  - a model of the disk: every commit is numbered, and a sync makes
  *    durable the commits that had ended when it began, so that a test
  *    can ask, when a reply arrives, whether what it promises was

@@ -6,11 +6,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
-#include "check.h"
+#include "check_child.h"
 #include "engine.h"
 
 #define S INT64_C(1000000000)
@@ -524,22 +522,6 @@ TEST(check_holds_between_batches_of_a_script)
     teardown();
 }
 
-/* Runs fn in a child; returns how the child ended (its wait status). */
-static int in_child(void (*fn)(void))
-{
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        struct rlimit none = {0, 0};
-        setrlimit(RLIMIT_CORE, &none); /* no core file */
-        fn();
-        _exit(0); /* the check passed: the case fails */
-    }
-    int status = 0;
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
-    return status;
-}
-
 static bool aborted(int status)
 {
     return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
@@ -580,7 +562,7 @@ TEST(check_catches_a_corrupted_engine)
                              load_a_held_row_with_token_zero};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         setup();
-        CHECK(aborted(in_child(cases[i])));
+        CHECK(aborted(check_in_child(cases[i])));
         engine_check_settled(E); /* the child's harm stayed there */
         engine_destroy(E);
         E = NULL;

@@ -12,8 +12,8 @@
 
 #include "check.h"
 #include "fake_store.h"
-#include "metrics.h"
 #include "mode.h"
+#include "mode_harness.h"
 #include "request.h"
 #include "store.h"
 
@@ -21,13 +21,9 @@
 #define LONG_TTL_NS (60000 * MS) /* outlives every case */
 #define MAX_BATCH 4096 /* mode_embedded.c's: the most requests one commit carries */
 #define MAX_REPLIES 8192
-#define WAIT_MS 20000 /* for what should take milliseconds, under TSan too */
 
 struct harness {
-    uv_loop_t loop;
-    uv_async_t wake;     /* the fake's changes wake the loop up */
-    uv_timer_t deadline; /* bounds every wait */
-    bool late;
+    struct mode_loop ml;
     struct fake *fake;
     struct mode *srv;
     struct request *replied[MAX_REPLIES]; /* in the order of the replies */
@@ -92,65 +88,27 @@ static void on_closed(void *arg)
     hh->replied_at_close = hh->nreplied;
 }
 
-static void on_wake(uv_async_t *a)
-{
-}
-
-static void on_late(uv_timer_t *t)
-{
-    h->late = true;
-}
-
-static void arm(uint64_t ms)
-{
-    h->late = false;
-    uv_update_time(&h->loop);
-    uv_timer_start(&h->deadline, on_late, ms, 0);
-}
-
-/* Runs the loop until cond holds, for WAIT_MS at most (then fails). */
-#define RUN_UNTIL(cond)                                                    \
-    do {                                                                   \
-        arm(WAIT_MS);                                                      \
-        while (!(cond) && !h->late)                                        \
-            uv_run(&h->loop, UV_RUN_ONCE);                                 \
-        uv_timer_stop(&h->deadline);                                       \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "%s:%d: waited in vain for %s\n", __FILE__,    \
-                    __LINE__, #cond);                                      \
-            check_failed_ = 1;                                             \
-        }                                                                  \
-    } while (0)
+/* Runs the loop until cond holds, for MODE_WAIT_MS at most (then
+ * fails). */
+#define RUN_UNTIL(cond) MODE_RUN_UNTIL(&h->ml, cond)
 
 /* Runs the loop for ms milliseconds: for time itself to pass (an expiry,
  * a garbage-collection tick), never to wait for a thread. */
 static void run_for(uint64_t ms)
 {
-    arm(ms);
-    while (!h->late)
-        uv_run(&h->loop, UV_RUN_ONCE);
-}
-
-static void wake(void *arg)
-{
-    uv_async_send(arg);
+    mode_loop_arm(&h->ml, ms);
+    while (!h->ml.late)
+        uv_run(&h->ml.loop, UV_RUN_ONCE);
 }
 
 /* A loop and a fake store; the mode comes with start(). */
 static void begin_case(void)
 {
-    static bool metrics_ready;
-    if (!metrics_ready) {
-        metrics_init();
-        metrics_ready = true;
-    }
     h = calloc(1, sizeof(*h));
     if (h == NULL)
         abort();
-    CHECK_EQ_I64(uv_loop_init(&h->loop), 0);
-    uv_async_init(&h->loop, &h->wake, on_wake);
-    uv_timer_init(&h->loop, &h->deadline);
-    h->fake = fake_create(wake, &h->wake);
+    mode_loop_init(&h->ml);
+    h->fake = fake_create(mode_loop_wake, &h->ml);
     CHECK(h->fake != NULL);
 }
 
@@ -158,7 +116,7 @@ static void start(int64_t ttl_ns)
 {
     char err[256] = "";
     struct mode_hooks hooks = {on_reply, on_storage, NULL, on_fatal, h};
-    h->srv = mode_embedded_create(&h->loop, fake_open(h->fake), ttl_ns,
+    h->srv = mode_embedded_create(&h->ml.loop, fake_open(h->fake), ttl_ns,
                                   &hooks, err, sizeof(err));
     if (h->srv == NULL) {
         fprintf(stderr, "mode_embedded_create: %s\n", err);
@@ -193,30 +151,10 @@ static void end_case(void)
         return;
     }
     CHECK(fake_closed(h->fake));
-    uv_close((uv_handle_t *)&h->wake, NULL);
-    uv_close((uv_handle_t *)&h->deadline, NULL);
-    uv_run(&h->loop, UV_RUN_DEFAULT);
-    CHECK_EQ_I64(uv_loop_close(&h->loop), 0);
+    mode_loop_close(&h->ml);
     fake_destroy(h->fake);
     free(h);
     h = NULL;
-}
-
-static void lease_req(struct request *r, enum request_op op,
-                      const char *session, const char *owner, uint64_t token)
-{
-    memset(r, 0, sizeof(*r));
-    r->op = op;
-    r->session = session;
-    r->session_len = strlen(session);
-    r->owner = owner;
-    r->owner_len = strlen(owner);
-    r->token = token;
-}
-
-static void acquire(struct request *r, const char *session, const char *owner)
-{
-    lease_req(r, OP_ACQUIRE, session, owner, 0);
 }
 
 static void renew(struct request *r, const char *session, const char *owner,

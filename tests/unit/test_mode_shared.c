@@ -21,19 +21,16 @@
 #include "fake_pg.h"
 #include "metrics.h"
 #include "mode.h"
+#include "mode_harness.h"
 #include "postgres.h"
 #include "request.h"
 
 #define MS INT64_C(1000000)
 #define LONG_TTL_NS (60000 * MS) /* outlives every case */
 #define MAX_REPLIES 256
-#define WAIT_MS 20000 /* for what should take milliseconds, under TSan too */
 
 struct harness {
-    uv_loop_t loop;
-    uv_async_t wake;     /* the fake's changes wake the loop up */
-    uv_timer_t deadline; /* bounds every wait */
-    bool late;
+    struct mode_loop ml;
     struct fake_pg *fake;
     size_t nconns;
     struct mode *srv;
@@ -135,40 +132,9 @@ static void on_closed(void *arg)
     hh->replied_at_close = hh->nreplied;
 }
 
-static void on_wake(uv_async_t *a)
-{
-}
-
-static void on_late(uv_timer_t *t)
-{
-    h->late = true;
-}
-
-static void arm(uint64_t ms)
-{
-    h->late = false;
-    uv_update_time(&h->loop);
-    uv_timer_start(&h->deadline, on_late, ms, 0);
-}
-
-/* Runs the loop until cond holds, for WAIT_MS at most (then fails). */
-#define RUN_UNTIL(cond)                                                    \
-    do {                                                                   \
-        arm(WAIT_MS);                                                      \
-        while (!(cond) && !h->late)                                        \
-            uv_run(&h->loop, UV_RUN_ONCE);                                 \
-        uv_timer_stop(&h->deadline);                                       \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "%s:%d: waited in vain for %s\n", __FILE__,    \
-                    __LINE__, #cond);                                      \
-            check_failed_ = 1;                                             \
-        }                                                                  \
-    } while (0)
-
-static void wake(void *arg)
-{
-    uv_async_send(arg);
-}
+/* Runs the loop until cond holds, for MODE_WAIT_MS at most (then
+ * fails). */
+#define RUN_UNTIL(cond) MODE_RUN_UNTIL(&h->ml, cond)
 
 static bool all_on_loop(void)
 {
@@ -183,18 +149,11 @@ static bool all_on_loop(void)
  * is over, so that every connection is idle. */
 static void begin_case(size_t nconns)
 {
-    static bool metrics_ready;
-    if (!metrics_ready) {
-        metrics_init();
-        metrics_ready = true;
-    }
     h = calloc(1, sizeof(*h));
     if (h == NULL)
         abort();
-    CHECK_EQ_I64(uv_loop_init(&h->loop), 0);
-    uv_async_init(&h->loop, &h->wake, on_wake);
-    uv_timer_init(&h->loop, &h->deadline);
-    h->fake = fake_pg_create(LONG_TTL_NS, wake, &h->wake);
+    mode_loop_init(&h->ml);
+    h->fake = fake_pg_create(LONG_TTL_NS, mode_loop_wake, &h->ml);
     if (h->fake == NULL)
         abort();
     struct pgstore *dbs[MODE_MAX_CONNECTIONS];
@@ -203,7 +162,8 @@ static void begin_case(size_t nconns)
             abort();
     h->nconns = nconns;
     struct mode_hooks hooks = {on_reply, on_storage, on_wanted, on_fatal, h};
-    h->srv = mode_shared_create(&h->loop, dbs, nconns, LONG_TTL_NS, &hooks);
+    h->srv =
+        mode_shared_create(&h->ml.loop, dbs, nconns, LONG_TTL_NS, &hooks);
     if (h->srv == NULL)
         abort();
     /* A fixed key instead of a random one, so that which sessions share
@@ -230,11 +190,8 @@ static void end_case(void)
         mode_close(h->srv, on_closed, h);
     }
     RUN_UNTIL(h->nclosed > 0);
-    uv_close((uv_handle_t *)&h->wake, NULL);
-    uv_close((uv_handle_t *)&h->deadline, NULL);
-    uv_run(&h->loop, UV_RUN_DEFAULT);
+    mode_loop_close(&h->ml);
     CHECK_EQ_I64(h->nclosed, 1);
-    CHECK_EQ_I64(uv_loop_close(&h->loop), 0);
     /* Every request answered, once (on_reply checks once). */
     size_t unanswered = 0;
     for (size_t i = 0; i < h->nsubmitted; i++)
@@ -255,23 +212,6 @@ static void end_case(void)
     fake_pg_destroy(h->fake);
     free(h);
     h = NULL;
-}
-
-static void lease_req(struct request *r, enum request_op op,
-                      const char *session, const char *owner, uint64_t token)
-{
-    memset(r, 0, sizeof(*r));
-    r->op = op;
-    r->session = session;
-    r->session_len = strlen(session);
-    r->owner = owner;
-    r->owner_len = strlen(owner);
-    r->token = token;
-}
-
-static void acquire(struct request *r, const char *session, const char *owner)
-{
-    lease_req(r, OP_ACQUIRE, session, owner, 0);
 }
 
 static void admin_req(struct request *r, enum request_op op,

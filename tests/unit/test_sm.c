@@ -10,11 +10,9 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdlib.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
-#include "check.h"
+#include "check_child.h"
 #include "sm.h"
 
 /*
@@ -94,27 +92,11 @@ TEST(no_invariant_is_fine)
     CHECK_EQ_I64(sm_state(&sm), OPEN);
 }
 
-/* Runs fn in a child; returns how the child ended (its wait status). */
-static int in_child(void (*fn)(void))
-{
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        struct rlimit none = {0, 0};
-        setrlimit(RLIMIT_CORE, &none); /* no core file */
-        fn();
-        _exit(0); /* not caught */
-    }
-    int status = 0;
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
-    return status;
-}
-
 /* The child must die of SIGABRT when the check is on (always, or only in
  * debug builds); without it, it lives. */
 static void check_aborts(void (*fn)(void), bool always)
 {
-    int status = in_child(fn);
+    int status = check_in_child(fn);
     if (always || checks_on())
         CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
     else
