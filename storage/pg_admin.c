@@ -37,8 +37,9 @@ static bool first_row(struct pgstore *p, const PGresult *r,
     return PQgetvalue(r, 0, 3)[0] != 0;
 }
 
-int pgstore_get(struct pgstore *p, const char *session, size_t session_len,
-                struct lease_row *row, bool *live, bool *found)
+enum store_err pgstore_get(struct pgstore *p, const char *session,
+                           size_t session_len, struct lease_row *row,
+                           bool *live, bool *found)
 {
     struct pg_params q = {0};
     pg_params_bytes(&q, session, session_len);
@@ -53,9 +54,9 @@ int pgstore_get(struct pgstore *p, const char *session, size_t session_len,
     return STORE_OK;
 }
 
-int pgstore_revoke(struct pgstore *p, const char *session, size_t session_len,
-                   uint64_t token, struct lease_row *row, bool *found,
-                   bool *revoked)
+enum store_err pgstore_revoke(struct pgstore *p, const char *session,
+                              size_t session_len, uint64_t token,
+                              struct lease_row *row, bool *found, bool *revoked)
 {
     struct pg_params q = {0};
     pg_params_bytes(&q, session, session_len);
@@ -85,11 +86,11 @@ static bool prefix_end(const char *prefix, size_t len, char *end,
     return true;
 }
 
-int pgstore_list(struct pgstore *p, const char *prefix, size_t prefix_len,
-                 const char *after, size_t after_len, size_t limit,
-                 int (*row_cb)(void *arg, const struct lease_row *row,
-                               bool live),
-                 void *arg)
+enum store_err
+pgstore_list(struct pgstore *p, const char *prefix, size_t prefix_len,
+             const char *after, size_t after_len, size_t limit,
+             int (*row_cb)(void *arg, const struct lease_row *row, bool live),
+             void *arg)
 {
     char end[ENGINE_SESSION_MAX];
     size_t end_len = 0;
@@ -120,7 +121,7 @@ int pgstore_list(struct pgstore *p, const char *prefix, size_t prefix_len,
     return rc < 0 ? rc : STORE_OK; /* 1: row_cb stopped the list */
 }
 
-int pgstore_stats(struct pgstore *p, struct pgstore_stats *st)
+enum store_err pgstore_stats(struct pgstore *p, struct pgstore_stats *st)
 {
     int err = pg_roundtrip_run(p, PGSQL_STATS, NULL, "counting leases");
     if (err != STORE_OK)
@@ -134,8 +135,8 @@ int pgstore_stats(struct pgstore *p, struct pgstore_stats *st)
     return STORE_OK;
 }
 
-int pgstore_collect(struct pgstore *p, size_t max, size_t *collected,
-                    size_t *expired)
+enum store_err pgstore_collect(struct pgstore *p, size_t max, size_t *collected,
+                               size_t *expired)
 {
     *collected = *expired = 0;
     struct pg_params q = {0};
@@ -163,7 +164,8 @@ static int floor_and_quarantine(struct pgstore *p, uint64_t floor,
     return pg_roundtrip_exec(p, sql, what);
 }
 
-int pgstore_raise_tokens(struct pgstore *p, uint64_t floor, size_t *raised)
+enum store_err pgstore_raise_tokens(struct pgstore *p, uint64_t floor,
+                                    size_t *raised)
 {
     static const char what[] = "raising the token floor";
     *raised = 0;
@@ -196,8 +198,8 @@ int pgstore_raise_tokens(struct pgstore *p, uint64_t floor, size_t *raised)
 
 #define IMPORT_CHUNK 1000 /* rows per round trip */
 
-int pgstore_import(struct pgstore *p, const struct lease_row *rows, size_t n,
-                   uint64_t floor, int64_t quarantine_ns)
+enum store_err pgstore_import(struct pgstore *p, const struct lease_row *rows,
+                              size_t n, uint64_t floor, int64_t quarantine_ns)
 {
     if (p->conn == NULL)
         return pg_conn_down(p, "importing");

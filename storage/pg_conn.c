@@ -112,7 +112,8 @@ int pg_conn_down(struct pgstore *p, const char *what)
     return STORE_EDOWN;
 }
 
-int pgstore_connect(struct pgstore *p, struct pgstore_primary *primary)
+enum store_err pgstore_connect(struct pgstore *p,
+                               struct pgstore_primary *primary)
 {
     pgstore_disconnect(p);
     char timeout_s[16], user_timeout[16];
@@ -281,8 +282,8 @@ static int not_conninfo(const char *conninfo, char *errmsg, size_t len)
     return STORE_ECONFIG;
 }
 
-int pgstore_open(const struct pgstore_options *o, struct pgstore **out,
-                 char *errmsg, size_t len)
+enum store_err pgstore_open(const struct pgstore_options *o,
+                            struct pgstore **out, char *errmsg, size_t len)
 {
     *out = NULL;
     if (uri_password_unencoded(o->conninfo))

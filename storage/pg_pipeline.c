@@ -60,7 +60,8 @@ static int lost_conn(struct pgstore *p)
     return lost(p);
 }
 
-int pgstore_send(struct pgstore *p, struct pgstore_call *calls, size_t n)
+enum store_err pgstore_send(struct pgstore *p, struct pgstore_call *calls,
+                            size_t n)
 {
     if (p->conn == NULL || p->lost)
         return lost_conn(p);

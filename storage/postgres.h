@@ -39,8 +39,8 @@ struct pgstore;
 /* Checks o->conninfo (a clear error for one libpq cannot parse), then
  * connects as pgstore_connect(). On failure *out is NULL and errmsg (len
  * bytes) says why; the return value says which kind of failure. */
-int pgstore_open(const struct pgstore_options *o, struct pgstore **out,
-                 char *errmsg, size_t len);
+enum store_err pgstore_open(const struct pgstore_options *o,
+                            struct pgstore **out, char *errmsg, size_t len);
 
 /* What a connection found. */
 struct pgstore_primary {
@@ -57,7 +57,8 @@ struct pgstore_primary {
  * database has none (once, whatever the number of replicas starting),
  * checks its version and TTL, and compares the primary with the one the
  * database last saw (see struct pgstore_primary; may be NULL). */
-int pgstore_connect(struct pgstore *p, struct pgstore_primary *primary);
+enum store_err pgstore_connect(struct pgstore *p,
+                               struct pgstore_primary *primary);
 
 /* Closes the connection and frees the store. Accepts NULL. */
 void pgstore_close(struct pgstore *p);
@@ -100,7 +101,8 @@ struct pgstore_call {
  * back) to be decided in one transaction. Calls on one session are
  * decided in their order in calls[]; rows are locked in session order,
  * so that batches of several connections never deadlock. */
-int pgstore_send(struct pgstore *p, struct pgstore_call *calls, size_t n);
+enum store_err pgstore_send(struct pgstore *p, struct pgstore_call *calls,
+                            size_t n);
 
 /* Writes what is queued for the socket: 0 when all is written, 1 when
  * some is left (wait until the socket is writable), or STORE_EDOWN. */
@@ -136,43 +138,45 @@ uint64_t pgstore_warnings(struct pgstore *p, char *msg, size_t len);
 
 /* Reads one session's lease: *found is false when there is none or it is
  * released. row's strings are valid until the next call on p. */
-int pgstore_get(struct pgstore *p, const char *session, size_t session_len,
-                struct lease_row *row, bool *live, bool *found);
+enum store_err pgstore_get(struct pgstore *p, const char *session,
+                           size_t session_len, struct lease_row *row,
+                           bool *live, bool *found);
 
 /* Calls row_cb for up to limit held leases whose session starts with
  * prefix and sorts after `after` (bytewise), in session order. Strings
  * are valid during the call only. row_cb returns 0 to go on, 1 to stop
  * (the list then returns STORE_OK), or a negative enum store_err, which
  * stops the list and is returned. */
-int pgstore_list(struct pgstore *p, const char *prefix, size_t prefix_len,
-                 const char *after, size_t after_len, size_t limit,
-                 int (*row_cb)(void *arg, const struct lease_row *row,
-                               bool live),
-                 void *arg);
+enum store_err
+pgstore_list(struct pgstore *p, const char *prefix, size_t prefix_len,
+             const char *after, size_t after_len, size_t limit,
+             int (*row_cb)(void *arg, const struct lease_row *row, bool live),
+             void *arg);
 
 /* An operator's Revoke of session: ends its lease whoever holds it (token
  * 0), or only while its token is token, as a Release would. *found is
  * false when nobody holds it; otherwise row is the lease as it was
  * (strings valid until the next call on p) and *revoked says whether it
  * ended (false: its token is another). */
-int pgstore_revoke(struct pgstore *p, const char *session,
-                   size_t session_len, uint64_t token, struct lease_row *row,
-                   bool *found, bool *revoked);
+enum store_err pgstore_revoke(struct pgstore *p, const char *session,
+                              size_t session_len, uint64_t token,
+                              struct lease_row *row, bool *found,
+                              bool *revoked);
 
 struct pgstore_stats {
     uint64_t live, entries, high_water;
     int64_t quarantine_remaining_ns;
 };
 
-int pgstore_stats(struct pgstore *p, struct pgstore_stats *st);
+enum store_err pgstore_stats(struct pgstore *p, struct pgstore_stats *st);
 
 /* Garbage collection: deletes up to max rows that have been expired or
  * released for longer than a TTL (never one a quarantine covers), and
  * raises the stored token floor to their tokens. One replica at a time
  * collects; the others return at once with nothing done. *collected:
  * rows deleted; *expired: of those, leases still held when they ran out. */
-int pgstore_collect(struct pgstore *p, size_t max, size_t *collected,
-                    size_t *expired);
+enum store_err pgstore_collect(struct pgstore *p, size_t max, size_t *collected,
+                               size_t *expired);
 
 /* For a move from the SQLite store: writes rows[0..n) as they are
  * (owner, token, expiry) into a database that holds no lease yet, raises
@@ -180,8 +184,8 @@ int pgstore_collect(struct pgstore *p, size_t max, size_t *collected,
  * quarantine_ns on the database's clock during which the held ones count
  * as live (their holders may still be renewing elsewhere), all in one
  * transaction. STORE_ECONFIG when the database holds leases. */
-int pgstore_import(struct pgstore *p, const struct lease_row *rows, size_t n,
-                   uint64_t floor, int64_t quarantine_ns);
+enum store_err pgstore_import(struct pgstore *p, const struct lease_row *rows,
+                              size_t n, uint64_t floor, int64_t quarantine_ns);
 
 /* After a restore of an older backup of the database: raises every
  * stored token and the token floor to at least floor, and starts a
@@ -189,7 +193,8 @@ int pgstore_import(struct pgstore *p, const struct lease_row *rows, size_t n,
  * backup count as live, in one transaction that no batch overlaps. Every
  * token given from then on is above floor. *raised: rows whose token
  * was raised. */
-int pgstore_raise_tokens(struct pgstore *p, uint64_t floor, size_t *raised);
+enum store_err pgstore_raise_tokens(struct pgstore *p, uint64_t floor,
+                                    size_t *raised);
 
 /* The reason of the last error, for logs and replies. */
 const char *pgstore_errmsg(const struct pgstore *p);

@@ -183,8 +183,8 @@ static int open_wal(struct store *s, const char *path)
                           strerror(e));
 }
 
-int store_open(const char *path, int busy_timeout_ms, struct store **out,
-               char *errmsg, size_t errmsg_len)
+enum store_err store_open(const char *path, int busy_timeout_ms,
+                          struct store **out, char *errmsg, size_t errmsg_len)
 {
     *out = NULL;
     struct store *s = calloc(1, sizeof(*s));
@@ -277,9 +277,9 @@ static struct lease_row row_of(sqlite3_stmt *st)
     return row;
 }
 
-int store_load(struct store *s,
-               int (*row_cb)(void *arg, const struct lease_row *row),
-               void *arg, uint64_t *floor)
+enum store_err store_load(struct store *s,
+                          int (*row_cb)(void *arg, const struct lease_row *row),
+                          void *arg, uint64_t *floor)
 {
     /* A negative control of the fault campaign: tokens forgotten. */
     if (FAULT_BROKEN("forget_tokens")) {
@@ -408,7 +408,8 @@ static int raise_floor(struct store *s, uint64_t floor)
     return step_done(s, ST_RAISE_FLOOR);
 }
 
-int store_apply(struct store *s, const struct engine_change *chgs, size_t n)
+enum store_err store_apply(struct store *s, const struct engine_change *chgs,
+                           size_t n)
 {
     int err = step_done(s, ST_BEGIN);
     if (err != STORE_OK)
@@ -425,7 +426,8 @@ int store_apply(struct store *s, const struct engine_change *chgs, size_t n)
     return err;
 }
 
-int store_cap_expiries(struct store *s, int64_t cap_ns, size_t *capped)
+enum store_err store_cap_expiries(struct store *s, int64_t cap_ns,
+                                  size_t *capped)
 {
     *capped = 0;
     sqlite3_stmt *st;
@@ -443,7 +445,8 @@ int store_cap_expiries(struct store *s, int64_t cap_ns, size_t *capped)
     return STORE_OK;
 }
 
-int store_raise_tokens(struct store *s, uint64_t floor, size_t *raised)
+enum store_err store_raise_tokens(struct store *s, uint64_t floor,
+                                  size_t *raised)
 {
     *raised = 0;
     int err = step_done(s, ST_BEGIN);
@@ -473,7 +476,7 @@ int store_raise_tokens(struct store *s, uint64_t floor, size_t *raised)
     return sync_or_fail(s);
 }
 
-int store_get_meta(struct store *s, const char *key, int64_t *value)
+enum store_err store_get_meta(struct store *s, const char *key, int64_t *value)
 {
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(s->db, "SELECT value FROM meta WHERE key = ?1",
@@ -488,12 +491,12 @@ int store_get_meta(struct store *s, const char *key, int64_t *value)
                                                  : sql_fail(s, rc, key);
 }
 
-int store_sync(struct store *s)
+enum store_err store_sync(struct store *s)
 {
     return fdatasync(s->wal_fd) == 0 ? STORE_OK : STORE_ESYNC;
 }
 
-int store_set_meta(struct store *s, const char *key, int64_t value)
+enum store_err store_set_meta(struct store *s, const char *key, int64_t value)
 {
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(
@@ -512,10 +515,11 @@ int store_set_meta(struct store *s, const char *key, int64_t value)
     return sync_or_fail(s);
 }
 
-int store_list(struct store *s, const char *prefix, size_t prefix_len,
-               const char *after, size_t after_len, size_t limit,
-               int (*row_cb)(void *arg, const struct lease_row *row),
-               void *arg)
+enum store_err store_list(struct store *s, const char *prefix,
+                          size_t prefix_len, const char *after,
+                          size_t after_len, size_t limit,
+                          int (*row_cb)(void *arg, const struct lease_row *row),
+                          void *arg)
 {
     sqlite3_stmt *st = s->list;
     sqlite3_bind_text(st, 1, after, (int)after_len, SQLITE_STATIC);
@@ -547,7 +551,7 @@ int store_list(struct store *s, const char *prefix, size_t prefix_len,
     return err < 0 ? err : STORE_OK; /* 1: row_cb stopped the list */
 }
 
-int store_snapshot(struct store *s, void **out, size_t *len)
+enum store_err store_snapshot(struct store *s, void **out, size_t *len)
 {
     sqlite3_int64 n = 0;
     unsigned char *p = sqlite3_serialize(s->reader, "main", &n, 0);

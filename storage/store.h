@@ -27,8 +27,8 @@ struct store;
  * borrowed. busy_timeout_ms bounds how long a commit waits for another
  * process's lock. On failure *out is NULL and errmsg (errmsg_len bytes)
  * says why. */
-int store_open(const char *path, int busy_timeout_ms, struct store **out,
-               char *errmsg, size_t errmsg_len);
+enum store_err store_open(const char *path, int busy_timeout_ms,
+                          struct store **out, char *errmsg, size_t errmsg_len);
 
 /* Closes the database. Accepts NULL. */
 void store_close(struct store *s);
@@ -36,14 +36,15 @@ void store_close(struct store *s);
 /* Calls row_cb for every stored row (strings valid during the call only),
  * then sets *floor to the stored token floor. A non-zero return of row_cb
  * stops the scan and is returned. */
-int store_load(struct store *s,
-               int (*row_cb)(void *arg, const struct lease_row *row),
-               void *arg, uint64_t *floor);
+enum store_err store_load(struct store *s,
+                          int (*row_cb)(void *arg, const struct lease_row *row),
+                          void *arg, uint64_t *floor);
 
 /* Applies n changes in one transaction and commits it: it survives a
  * crash of the process, but not a power loss until store_sync(). Deleted
  * rows raise the stored floor. On any error nothing is applied. */
-int store_apply(struct store *s, const struct engine_change *chgs, size_t n);
+enum store_err store_apply(struct store *s, const struct engine_change *chgs,
+                           size_t n);
 
 /* Makes every commit that completed before the call durable (fdatasync
  * of the WAL). Unlike the other calls it may run on one thread while
@@ -51,26 +52,28 @@ int store_apply(struct store *s, const struct engine_change *chgs, size_t n);
  * errno set; after an error it is unknown whether they are on disk, and
  * the store must not be trusted any more (close it; a new process reads
  * what the disk really holds). */
-int store_sync(struct store *s);
+enum store_err store_sync(struct store *s);
 
 /* Lowers every stored expiry later than cap_ns to cap_ns, in one
  * committed transaction (not synced: a start after a crash caps again),
  * and sets *capped to the number of rows changed. At start, with cap_ns
  * the end of the restart quarantine: a wall clock stepped back across a
  * restart then cannot make a stored expiry outlive the quarantine. */
-int store_cap_expiries(struct store *s, int64_t cap_ns, size_t *capped);
+enum store_err store_cap_expiries(struct store *s, int64_t cap_ns,
+                                  size_t *capped);
 
 /* For a restore of an older backup: raises every row's token and the
  * token floor to at least floor (1..2^62), durably, in one
  * transaction, so that every token given from now on is above floor.
  * *raised is the number of rows changed. */
-int store_raise_tokens(struct store *s, uint64_t floor, size_t *raised);
+enum store_err store_raise_tokens(struct store *s, uint64_t floor,
+                                  size_t *raised);
 
 /* Reads the integer meta value under key (*value = 0 if absent), or
  * writes it durably (commit and sync: STORE_ESYNC as store_sync). key is
  * borrowed. */
-int store_get_meta(struct store *s, const char *key, int64_t *value);
-int store_set_meta(struct store *s, const char *key, int64_t value);
+enum store_err store_get_meta(struct store *s, const char *key, int64_t *value);
+enum store_err store_set_meta(struct store *s, const char *key, int64_t value);
 
 /* Calls row_cb for up to limit rows with an owner (released ones are
  * left out) whose session starts with prefix and sorts after `after`
@@ -80,10 +83,11 @@ int store_set_meta(struct store *s, const char *key, int64_t value);
  * stops the list and is returned. Uses a connection of its own: it may
  * run on one thread while another commits, one list at a time; its
  * errors are told by store_list_errmsg(). */
-int store_list(struct store *s, const char *prefix, size_t prefix_len,
-               const char *after, size_t after_len, size_t limit,
-               int (*row_cb)(void *arg, const struct lease_row *row),
-               void *arg);
+enum store_err store_list(struct store *s, const char *prefix,
+                          size_t prefix_len, const char *after,
+                          size_t after_len, size_t limit,
+                          int (*row_cb)(void *arg, const struct lease_row *row),
+                          void *arg);
 const char *store_list_errmsg(const struct store *s);
 
 /* A consistent copy of the whole database (SQLite's serialization of it:
@@ -91,7 +95,7 @@ const char *store_list_errmsg(const struct store *s);
  * *len bytes, to free with store_snapshot_free(). Uses store_list()'s
  * connection, and so its rules (a thread of its own beside commits, one
  * at a time with lists) and its store_list_errmsg(). */
-int store_snapshot(struct store *s, void **out, size_t *len);
+enum store_err store_snapshot(struct store *s, void **out, size_t *len);
 void store_snapshot_free(void *p);
 
 /* The reason of the last error, for logs. */

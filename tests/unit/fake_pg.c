@@ -374,7 +374,8 @@ static int down(struct conn *c, const char *what)
     return STORE_EDOWN;
 }
 
-int pgstore_send(struct pgstore *p, struct pgstore_call *calls, size_t n)
+enum store_err pgstore_send(struct pgstore *p, struct pgstore_call *calls,
+                            size_t n)
 {
     struct fake_pg *f = p->f;
     struct conn *c = loop_enter(p, "pgstore_send during a blocking call");
@@ -517,7 +518,8 @@ static void job_leave(struct pgstore *p, enum fake_pg_call k, int err,
     pthread_mutex_unlock(&f->gates.mu);
 }
 
-int pgstore_connect(struct pgstore *p, struct pgstore_primary *primary)
+enum store_err pgstore_connect(struct pgstore *p,
+                               struct pgstore_primary *primary)
 {
     int err = job_enter(p, FAKE_PG_CONNECT);
     struct conn *c = conn_of(p);
@@ -542,8 +544,9 @@ static void to_lease_row(const struct row *r, struct lease_row *out)
                               r->owner_len, r->token, r->expiry_ns};
 }
 
-int pgstore_get(struct pgstore *p, const char *session, size_t session_len,
-                struct lease_row *row, bool *live, bool *found)
+enum store_err pgstore_get(struct pgstore *p, const char *session,
+                           size_t session_len, struct lease_row *row,
+                           bool *live, bool *found)
 {
     struct fake_pg *f = p->f;
     int err = job_enter(p, FAKE_PG_GET);
@@ -574,11 +577,11 @@ static int by_session(const void *a, const void *b)
     return bytewise(x->session, x->session_len, y->session, y->session_len);
 }
 
-int pgstore_list(struct pgstore *p, const char *prefix, size_t prefix_len,
-                 const char *after, size_t after_len, size_t limit,
-                 int (*row_cb)(void *arg, const struct lease_row *row,
-                               bool live),
-                 void *arg)
+enum store_err
+pgstore_list(struct pgstore *p, const char *prefix, size_t prefix_len,
+             const char *after, size_t after_len, size_t limit,
+             int (*row_cb)(void *arg, const struct lease_row *row, bool live),
+             void *arg)
 {
     struct fake_pg *f = p->f;
     int err = job_enter(p, FAKE_PG_LIST);
@@ -610,9 +613,9 @@ int pgstore_list(struct pgstore *p, const char *prefix, size_t prefix_len,
     return err;
 }
 
-int pgstore_revoke(struct pgstore *p, const char *session,
-                   size_t session_len, uint64_t token, struct lease_row *row,
-                   bool *found, bool *revoked)
+enum store_err pgstore_revoke(struct pgstore *p, const char *session,
+                              size_t session_len, uint64_t token,
+                              struct lease_row *row, bool *found, bool *revoked)
 {
     struct fake_pg *f = p->f;
     int err = job_enter(p, FAKE_PG_REVOKE);
@@ -642,7 +645,7 @@ int pgstore_revoke(struct pgstore *p, const char *session,
     return err;
 }
 
-int pgstore_stats(struct pgstore *p, struct pgstore_stats *st)
+enum store_err pgstore_stats(struct pgstore *p, struct pgstore_stats *st)
 {
     struct fake_pg *f = p->f;
     int err = job_enter(p, FAKE_PG_STATS);
@@ -660,8 +663,8 @@ int pgstore_stats(struct pgstore *p, struct pgstore_stats *st)
     return err;
 }
 
-int pgstore_collect(struct pgstore *p, size_t max, size_t *collected,
-                    size_t *expired)
+enum store_err pgstore_collect(struct pgstore *p, size_t max, size_t *collected,
+                               size_t *expired)
 {
     struct fake_pg *f = p->f;
     int err = job_enter(p, FAKE_PG_COLLECT);
@@ -704,21 +707,22 @@ void pgstore_close(struct pgstore *p)
 }
 
 /* The daemon's ways in; tests use fake_pg_open(). */
-int pgstore_open(const struct pgstore_options *o, struct pgstore **out,
-                 char *errmsg, size_t len)
+enum store_err pgstore_open(const struct pgstore_options *o,
+                            struct pgstore **out, char *errmsg, size_t len)
 {
     snprintf(errmsg, len, "the fake database opens with fake_pg_open()");
     *out = NULL;
     return STORE_ECONFIG;
 }
 
-int pgstore_import(struct pgstore *p, const struct lease_row *rows, size_t n,
-                   uint64_t floor, int64_t quarantine_ns)
+enum store_err pgstore_import(struct pgstore *p, const struct lease_row *rows,
+                              size_t n, uint64_t floor, int64_t quarantine_ns)
 {
     return STORE_ECONFIG;
 }
 
-int pgstore_raise_tokens(struct pgstore *p, uint64_t floor, size_t *raised)
+enum store_err pgstore_raise_tokens(struct pgstore *p, uint64_t floor,
+                                    size_t *raised)
 {
     return STORE_ECONFIG;
 }

@@ -271,9 +271,9 @@ void store_close(struct store *s)
     free(s);
 }
 
-int store_load(struct store *s,
-               int (*row_cb)(void *arg, const struct lease_row *row),
-               void *arg, uint64_t *floor)
+enum store_err store_load(struct store *s,
+                          int (*row_cb)(void *arg, const struct lease_row *row),
+                          void *arg, uint64_t *floor)
 {
     struct fake *f = s->f;
     pthread_mutex_lock(&f->gates.mu);
@@ -291,7 +291,8 @@ int store_load(struct store *s,
     return err;
 }
 
-int store_apply(struct store *s, const struct engine_change *chgs, size_t n)
+enum store_err store_apply(struct store *s, const struct engine_change *chgs,
+                           size_t n)
 {
     struct fake *f = s->f;
     pthread_mutex_lock(&f->gates.mu);
@@ -307,7 +308,7 @@ int store_apply(struct store *s, const struct engine_change *chgs, size_t n)
     return err;
 }
 
-int store_sync(struct store *s)
+enum store_err store_sync(struct store *s)
 {
     struct fake *f = s->f;
     pthread_mutex_lock(&f->gates.mu);
@@ -323,7 +324,8 @@ int store_sync(struct store *s)
     return STORE_ESYNC;
 }
 
-int store_cap_expiries(struct store *s, int64_t cap_ns, size_t *capped)
+enum store_err store_cap_expiries(struct store *s, int64_t cap_ns,
+                                  size_t *capped)
 {
     struct fake *f = s->f;
     pthread_mutex_lock(&f->gates.mu);
@@ -340,7 +342,7 @@ int store_cap_expiries(struct store *s, int64_t cap_ns, size_t *capped)
     return STORE_OK;
 }
 
-int store_get_meta(struct store *s, const char *key, int64_t *value)
+enum store_err store_get_meta(struct store *s, const char *key, int64_t *value)
 {
     struct fake *f = s->f;
     pthread_mutex_lock(&f->gates.mu);
@@ -351,7 +353,7 @@ int store_get_meta(struct store *s, const char *key, int64_t *value)
     return STORE_OK;
 }
 
-int store_set_meta(struct store *s, const char *key, int64_t value)
+enum store_err store_set_meta(struct store *s, const char *key, int64_t value)
 {
     struct fake *f = s->f;
     pthread_mutex_lock(&f->gates.mu);
@@ -380,28 +382,30 @@ int store_set_meta(struct store *s, const char *key, int64_t value)
 }
 
 /* The daemon's way in (mode_embedded's open); tests use fake_open(). */
-int store_open(const char *path, int busy_timeout_ms, struct store **out,
-               char *errmsg, size_t errmsg_len)
+enum store_err store_open(const char *path, int busy_timeout_ms,
+                          struct store **out, char *errmsg, size_t errmsg_len)
 {
     snprintf(errmsg, errmsg_len, "the fake store opens with fake_open()");
     *out = NULL;
     return STORE_EIO;
 }
 
-int store_raise_tokens(struct store *s, uint64_t floor, size_t *raised)
+enum store_err store_raise_tokens(struct store *s, uint64_t floor,
+                                  size_t *raised)
 {
     return STORE_EIO;
 }
 
-int store_list(struct store *s, const char *prefix, size_t prefix_len,
-               const char *after, size_t after_len, size_t limit,
-               int (*row_cb)(void *arg, const struct lease_row *row),
-               void *arg)
+enum store_err store_list(struct store *s, const char *prefix,
+                          size_t prefix_len, const char *after,
+                          size_t after_len, size_t limit,
+                          int (*row_cb)(void *arg, const struct lease_row *row),
+                          void *arg)
 {
     return STORE_EIO;
 }
 
-int store_snapshot(struct store *s, void **out, size_t *len)
+enum store_err store_snapshot(struct store *s, void **out, size_t *len)
 {
     return STORE_EIO;
 }
