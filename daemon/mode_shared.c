@@ -555,7 +555,7 @@ static void run_job(uv_work_t *w)
     snprintf(sl->errmsg, sizeof(sl->errmsg), "%s",
              sl->err == STORE_OK       ? ""
              : sl->err == STORE_ENOMEM ? "out of memory"
-                                         : pgstore_errmsg(sl->db));
+                                       : pgstore_errmsg(sl->db));
 }
 
 /* --- Jobs, back on the loop -------------------------------------------- */
