@@ -25,7 +25,8 @@
  * The moves, and who makes them:
  *   REQUESTED -> SENDING  CQ thread: answered at once (draining, no or a
  *                         wrong bearer token, bad input, policy, queue
- *                         full, or an unknown method); send_reply()
+ *                         full, an unknown method, or decided by the mode
+ *                         as it arrived: mode_arrive()); send_reply()
  *   REQUESTED -> AT_LOOP  CQ thread: hand_off() queues it for the loop
  *   REQUESTED -> DONE     CQ thread: the request failed, the server is
  *                         shutting down (or it could not be made); rpc_free()
@@ -449,7 +450,8 @@ static bool read_payload(struct rpc *r, grpc_slice *out)
     return true;
 }
 
-/* -> AT_LOOP, or SENDING when too many are there already. */
+/* -> AT_LOOP; or SENDING when too many are there already, or when the
+ * mode decided it at once. */
 static void hand_off(struct frontend *fe, struct rpc *r)
 {
     if (atomic_fetch_add(&fe->pending, 1) >= fe->max_pending) {
@@ -457,6 +459,11 @@ static void hand_off(struct frontend *fe, struct rpc *r)
         r->req.status = REPLY_EXHAUSTED;
         snprintf(r->req.reason, sizeof(r->req.reason),
                  "too many requests in progress");
+        reply_request(r);
+        return;
+    }
+    if (fe->cb.arrived(fe->cb.arg, &r->req)) {
+        atomic_fetch_sub(&fe->pending, 1);
         reply_request(r);
         return;
     }

@@ -31,6 +31,10 @@
 struct frontend;
 
 struct frontend_callbacks {
+    /* On the gRPC thread, as each call that passed its checks arrives:
+     * true when it was decided at once (its reply set, nothing to audit:
+     * mode_arrive()); false hands it to the loop. */
+    bool (*arrived)(void *arg, struct request *req);
     /* On the loop: a list of new requests linked by ->next, oldest first.
      * The loop owns answering each of them. */
     void (*requests)(void *arg, struct request *list);

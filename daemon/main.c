@@ -57,6 +57,12 @@ struct daemon {
     bool stopping;
 };
 
+static bool on_arrived(void *arg, struct request *req)
+{
+    struct daemon *d = arg;
+    return mode_arrive(d->mode, req);
+}
+
 static void on_requests(void *arg, struct request *list)
 {
     struct daemon *d = arg;
@@ -314,7 +320,8 @@ int main(int argc, char **argv)
 
     log_route_grpc();
     grpc_init();
-    struct frontend_callbacks cb = {on_requests, on_frontend_stopped, &d};
+    struct frontend_callbacks cb = {on_arrived, on_requests,
+                                    on_frontend_stopped, &d};
     struct frontend_options fo = {
         .listen = cfg.listen,
         .nlisten = cfg.nlisten,

@@ -18,6 +18,11 @@
 #include "metrics.h"
 #include "rules.h"
 
+bool mode_arrive(struct mode *m, struct request *req)
+{
+    return m->ops->arrive != NULL && m->ops->arrive(m, req);
+}
+
 void mode_submit(struct mode *m, struct request *list)
 {
     assert(!m->closing);

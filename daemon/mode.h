@@ -12,13 +12,16 @@
  *                    pipeline.
  *
  * main.c picks a table (struct mode_ops) and talks to the mode through
- * mode_submit() and mode_close() alone; the mode talks back through the
- * hooks. What both modes do alike is written once, in mode.c: the queue
+ * mode_arrive(), mode_submit() and mode_close() alone; the mode talks back
+ * through the hooks. What both modes do alike is written once, in mode.c: the queue
  * of calls, the counters that keep one session's calls in order, the
  * mapping of a rule's outcome to a reply, the admin answers, the stats
  * and gauges, storage health, and closing.
  *
- * Everything here runs on the loop's thread.
+ * Everything here runs on the loop's thread, but mode_arrive(), which
+ * the front end calls on its own thread as each call arrives: a mode
+ * that decides some calls there (the embedded one: a renewal) locks what
+ * they share with the loop.
  *
  * Adding a third mode: a file with its own struct that starts with a
  * struct mode, an open function that fills it (mode_init()) from the
@@ -66,6 +69,9 @@ struct mode_ops {
     int (*open)(uv_loop_t *loop, const struct config *cfg,
                 const struct mode_hooks *hooks, struct mode **out,
                 char *errmsg, size_t len);
+    /* NULL, or decides req at once on the calling thread (mode_arrive):
+     * true when it did. */
+    bool (*arrive)(struct mode *m, struct request *req);
     /* Takes a list of requests (linked by ->next), oldest first. */
     void (*submit)(struct mode *m, struct request *list);
     /* mode_close() was called: stop what is due, and call
@@ -104,8 +110,16 @@ struct mode *mode_shared_create(uv_loop_t *loop, struct pgstore *const *dbs,
 int mode_shared_connect(const struct config *cfg, struct pgstore **dbs,
                         size_t n, char *errmsg, size_t len);
 
-/* Hands a list of requests (linked by ->next) over; not after
- * mode_close(). */
+/* A call arrived (any thread; before mode_close()): true when the mode
+ * decided it at once, with no wait for the loop or the disk (req's reply
+ * is set: the caller sends it; only calls that change no owner, so
+ * nothing to audit); false when it must be submitted. Every call goes
+ * through here first, in the order the calls arrived, and those it did
+ * not decide go to mode_submit() in that order. */
+bool mode_arrive(struct mode *m, struct request *req);
+
+/* Hands a list of requests (linked by ->next) over, on the loop; not
+ * after mode_close(). */
 void mode_submit(struct mode *m, struct request *list);
 
 /* Waits for what is in flight, closes the store and every handle, frees
@@ -130,7 +144,7 @@ void mode_push_front(struct mode_queue *q, struct mode_queue *front);
 
 /* Counters of the lease calls ahead of a new one, per session's hash
  * (two sessions may share one: then a call waits when it need not): the
- * calls queued (embedded) or in flight (shared). */
+ * calls arrived and not yet decided (embedded) or in flight (shared). */
 #define MODE_ORDER_SLOTS 16384
 
 struct mode {

@@ -1020,6 +1020,8 @@ static int shared_open(uv_loop_t *loop, const struct config *cfg,
     return 0;
 }
 
-/* The table (mode.h): name, open, submit, close, destroy. */
-const struct mode_ops mode_shared = {"postgres", shared_open, shared_submit,
+/* The table (mode.h): name, open, arrive (none: the database decides
+ * every call), submit, close, destroy. */
+const struct mode_ops mode_shared = {"postgres",   shared_open,
+                                     NULL,         shared_submit,
                                      shared_close, shared_destroy};

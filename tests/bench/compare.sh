@@ -289,19 +289,27 @@ start_postgres() {
   pgconn="host=127.0.0.1 port=$port user=leased dbname=leased"
 }
 
-# Starts system $1 with data under $2; sets urls (one per replica).
+# Starts system $1 with data under $2; sets urls (one per replica),
+# cpu_pids (the processes whose CPU is the server's: for leased-pg the
+# replicas, not PostgreSQL) and metrics_url (leased's /metrics, or
+# empty).
 start_server() {
-  local sys=$1 dir=$2 port peer
+  local sys=$1 dir=$2 port peer mport
   mkdir -p "$dir"
   urls=()
+  cpu_pids=()
+  metrics_url=
   case "$sys" in
     leased|leased-audit)
-      port=$(free_ports 1)
+      read -r port mport < <(free_ports 2)
       local level=warn
       [ "$sys" = leased-audit ] && level=info
       "$leased" --listen "127.0.0.1:$port" --data-dir "$dir" --ttl 30s \
+        --metrics-listen "127.0.0.1:$mport" \
         --log-level "$level" >"$dir.log" 2>&1 &
       started $! TERM
+      cpu_pids=($!)
+      metrics_url=http://127.0.0.1:$mport/metrics
       urls=("leased://127.0.0.1:$port")
       wait_ready grpc "$port" "$!" || server_failed "$dir" ;;
     leased-pg|leased-pg2)
@@ -314,6 +322,7 @@ start_server() {
           --postgres-connections "$pg_connections" --log-level warn \
           >>"$dir.log" 2>&1 &
         started $! TERM
+        cpu_pids+=($!)
         urls+=("leased://127.0.0.1:$port")
         wait_ready grpc "$port" "$!" || server_failed "$dir"
       done ;;
@@ -321,6 +330,7 @@ start_server() {
       port=$(free_ports 1)
       "$null_server" --listen "127.0.0.1:$port" >"$dir.log" 2>&1 &
       started $! TERM
+      cpu_pids=($!)
       urls=("null://127.0.0.1:$port")
       wait_ready grpc "$port" "$!" || server_failed "$dir" ;;
     etcd)
@@ -333,6 +343,7 @@ start_server() {
         --initial-cluster "leasebench=http://127.0.0.1:$peer" \
         --initial-cluster-state new >"$dir.log" 2>&1 &
       started $! TERM
+      cpu_pids=($!)
       urls=("etcd://127.0.0.1:$port")
       wait_ready etcd "$port" "$!" || server_failed "$dir" ;;
     redis|redis-aof)
@@ -342,6 +353,7 @@ start_server() {
       redis-server --port "$port" --bind 127.0.0.1 --save '' --dir "$dir" \
         --daemonize no "${extra[@]}" >"$dir.log" 2>&1 &
       started $! TERM
+      cpu_pids=($!)
       urls=("redis://127.0.0.1:$port")
       wait_ready redis "$port" "$!" || server_failed "$dir" ;;
   esac
@@ -413,6 +425,38 @@ with open(sys.argv[2], "w") as f:
 EOF
 }
 
+# The CPU the processes $@ used so far, in clock ticks: utime + stime of
+# /proc/PID/stat (every thread's), its fields 14 and 15, the 12th and
+# 13th after the command's ")" (a command may hold spaces).
+cpu_ticks() {
+  local pid sum=0 f
+  for pid in "$@"; do
+    read -ra f < <(sed 's/.*) //' "/proc/$pid/stat")
+    sum=$((sum + f[11] + f[12]))
+  done
+  echo "$sum"
+}
+
+# What the server did during run $1 (its leasebench ran from $2 to $3,
+# seconds since the epoch, while its processes used $4 clock ticks):
+# $1.server.json with its CPU in cores and, for leased, its fsyncs a
+# second.
+server_report() {
+  "$python" - "$1" "$2" "$3" "$4" "$(getconf CLK_TCK)" "$metrics_url" <<'EOF'
+import json, sys, urllib.request
+base, t0, t1, ticks, hz, url = sys.argv[1:]
+seconds = float(t1) - float(t0)
+out = {"seconds": seconds, "server_cores": int(ticks) / int(hz) / seconds}
+if url:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("leased_fsync_duration_seconds_count "):
+                out["fsyncs_per_sec"] = float(line.split()[1]) / seconds
+with open(base + ".server.json", "w") as f:
+    f.write(json.dumps(out) + "\n")
+EOF
+}
+
 n=0
 for round in $(seq "$rounds"); do
   fsync_probe "$round" || echo "compare: the fdatasync probe failed" >&2
@@ -433,6 +477,8 @@ for round in $(seq "$rounds"); do
         parts=${#urls[@]}
         [ "$conc" -ge "$parts" ] || parts=1
         rc=0
+        t0=$(date +%s.%N)
+        ticks0=$(cpu_ticks "${cpu_pids[@]}")
         for i in $(seq 0 $((parts - 1))); do
           out_i=$base
           [ "$parts" -eq 1 ] || out_i=$base.part$((i + 1))
@@ -453,6 +499,9 @@ for round in $(seq "$rounds"); do
           wait "${bench_pids[i]}" || { r=$?; [ "$rc" -ne 0 ] || rc=$r; }
         done
         bench_pids=()
+        ticks=$(($(cpu_ticks "${cpu_pids[@]}") - ticks0))
+        server_report "$base" "$t0" "$(date +%s.%N)" "$ticks" ||
+          echo "compare: no server report for $base" >&2
         [ "$parts" -eq 1 ] || merge_parts "$base" "$parts" || true
         echo "$rc" >"$base.rc"
         if [ "$rc" -ne 0 ]; then
@@ -524,9 +573,23 @@ def load(s, w, c, r):
     base = os.path.join(results, "%s.%s.%s.%d" % (s, w, c, r))
     try:
         with open(base + ".json") as f:
-            return json.loads(f.read())
+            j = json.loads(f.read())
     except (OSError, ValueError):
         return None
+    # The server's side of the run: its CPU over the whole run (warm-up
+    # included) per call at the measured rate, and leased's fsyncs.
+    try:
+        with open(base + ".server.json") as f:
+            srv = json.loads(f.read())
+    except (OSError, ValueError):
+        srv = {}
+    cores = srv.get("server_cores")
+    j["server_cpu"] = cores if cores is not None else float("nan")
+    j["us_per_call"] = (cores * 1e6 / j["ops_per_sec"]
+                        if cores is not None and j["ops_per_sec"] > 0
+                        else float("nan"))
+    j["fsyncs_per_sec"] = srv.get("fsyncs_per_sec", float("nan"))
+    return j
 
 
 rows = []
@@ -549,34 +612,49 @@ for w in workloads:
                     of_null.append(j["ops_per_sec"] / n["ops_per_sec"])
             med[s] = {k: statistics.median(j[k] for j in runs)
                       for k in ("ops_per_sec", "p50_us", "p99_us",
-                                "p999_us", "client_cpu")} if runs else None
+                                "p999_us", "client_cpu", "server_cpu",
+                                "us_per_call", "fsyncs_per_sec")}
+                      if runs else None
             if med[s] is not None:
                 med[s]["of_null"] = (statistics.median(of_null)
                                      if of_null else None)
             rows.append((s, w, c, med, errors, failed))
 
 head = ("system", "workload", "conc", "ops/s", "p50 µs", "p99 µs",
-        "p999 µs", "errors", "vs leased", "of null", "client")
-fmt = "%-10s %-8s %5s %9s %9s %9s %9s %8s %10s %8s %7s"
+        "p999 µs", "errors", "vs leased", "of null", "client", "server",
+        "µs/call", "fsync/s")
+fmt = "%-10s %-8s %5s %9s %9s %9s %9s %8s %10s %8s %7s %7s %8s %8s"
+
+
+def num(x, f):
+    return "-" if x != x else f % x  # NaN: not measured
+
+
 print(fmt % head)
 for s, w, c, med, errors, failed in rows:
     m, base = med[s], med.get("leased")
     err = str(errors) + ("+%d failed" % failed if failed else "")
     if m is None:
-        print(fmt % (s, w, c, "-", "-", "-", "-", err, "-", "-", "-"))
+        print(fmt % ((s, w, c, "-", "-", "-", "-", err) + ("-",) * 6))
         continue
     ratio = ("%.2f" % (m["ops_per_sec"] / base["ops_per_sec"])
              if base and base["ops_per_sec"] > 0 else "-")
     of_null = "%.2f" % m["of_null"] if m["of_null"] is not None else "-"
     print(fmt % (s, w, c, "%.0f" % m["ops_per_sec"], "%.0f" % m["p50_us"],
                  "%.0f" % m["p99_us"], "%.0f" % m["p999_us"], err, ratio,
-                 of_null, "%.2f" % m["client_cpu"]))
+                 of_null, "%.2f" % m["client_cpu"],
+                 num(m["server_cpu"], "%.2f"), num(m["us_per_call"], "%.1f"),
+                 num(m["fsyncs_per_sec"], "%.0f")))
 print()
 print("errors: failed operations summed over the rounds (+N failed: runs "
       "that gave no result); vs leased: median ops/s over leased's; of "
       "null: the median over the rounds of ops/s over null's in the same "
       "round; client: leasebench's CPU, in cores (median), to tell a "
-      "client-bound row (near --threads) from a server-bound one.")
+      "client-bound row (near --threads) from a server-bound one; server: "
+      "the server's CPU in cores over the run, warm-up included (leased-pg: "
+      "the replicas', not PostgreSQL's); µs/call: that CPU per call at the "
+      "measured rate; fsync/s: leased's fsyncs a second (its "
+      "leased_fsync_duration_seconds_count over the run).")
 print("redis: default config, no persistence (--save ''); redis-aof: "
       "--appendonly yes --appendfsync always.")
 if "leased-pg" in systems or "leased-pg2" in systems:

@@ -7,6 +7,7 @@
  * Renew must stand on a takeover (owner and token) committed and synced; nothing is answered twice; nothing after a fatal sync error.
  * Every case also checks that the store was never used by two threads
  * at once (store_sync apart) and that no call outwaited its gate. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <uv.h>
 
@@ -88,7 +89,7 @@ static void on_closed(void *arg)
     hh->replied_at_close = hh->nreplied;
 }
 
-/* Runs the loop until cond holds, for MODE_WAIT_MS at most (then
+/* Runs the loop until cond holds, for mode_wait_ms() at most (then
  * fails). */
 #define RUN_UNTIL(cond) MODE_RUN_UNTIL(&h->ml, cond)
 
@@ -172,10 +173,7 @@ static void stats(struct request *r)
 
 static void submit(struct request **rs, size_t n)
 {
-    for (size_t i = 0; i + 1 < n; i++)
-        rs[i]->next = rs[i + 1];
-    rs[n - 1]->next = NULL;
-    mode_submit(h->srv, rs[0]);
+    mode_harness_submit(h->srv, rs, n, on_reply, h);
 }
 
 /* Submits its arguments (struct request *) as one list. */
@@ -208,13 +206,17 @@ static void acquired(struct request *r, const char *session,
 
 /* Waits until the commit in flight has ended, on the loop: an admin
  * Stats waits for it (between batches the engine has no tentative
- * change) and is answered at once after it. */
-static void commit_ended(void)
+ * change) and is answered at once after it. With release_apply, lets
+ * the commit (held) go once the Stats waits, so that a call waits for
+ * the slot as it ends. */
+static void stats_after_commit(bool release_apply)
 {
     struct request *st = calloc(1, sizeof(*st));
     CHECK(st != NULL);
     stats(st);
     SUBMIT(st);
+    if (release_apply)
+        fake_release(h->fake, FAKE_APPLY);
     RUN_UNTIL(answered(st));
     /* Forgotten as a reply (others may have come after it). */
     size_t i = 0;
@@ -227,6 +229,25 @@ static void commit_ended(void)
     }
     admin_result_free(st->admin);
     free(st);
+}
+
+static void commit_ended(void)
+{
+    stats_after_commit(false);
+}
+
+/* Submits the takeover r so that its sync is the loop's, apart from its
+ * commit, as under load: a call waits for the commit slot as its commit
+ * ends (see mode_embedded.c), and the slot is free for the next batch
+ * while r's sync is held (syncs are held from now on). */
+static void takeover_syncing_apart(struct request *r)
+{
+    fake_hold(h->fake, FAKE_APPLY);
+    fake_hold(h->fake, FAKE_SYNC);
+    SUBMIT(r);
+    RUN_UNTIL(fake_waiting(h->fake, FAKE_APPLY) == 1);
+    stats_after_commit(true);
+    RUN_UNTIL(fake_waiting(h->fake, FAKE_SYNC) == 1);
 }
 
 /* --- The normal path ------------------------------------------------- */
@@ -257,8 +278,9 @@ TEST(takeover_answered_only_after_its_commit_and_sync)
 }
 
 /* A renewal of a lease whose takeover is synced keeps owner and token:
- * it is answered at once, even while another session's commit and sync
- * are held, and nothing is written for it. */
+ * it is decided as it arrives, on the caller's thread with no run of the
+ * loop, even while another session's commit and sync are held, and
+ * nothing is written for it. */
 TEST(renewal_answered_at_once_and_never_written)
 {
     begin_case();
@@ -271,8 +293,8 @@ TEST(renewal_answered_at_once_and_never_written)
     SUBMIT(&b);
     RUN_UNTIL(fake_waiting(h->fake, FAKE_APPLY) == 1);
     renew(&r, "s1", "alice", a.grant_token);
-    SUBMIT(&r);
-    CHECK(answered(&r)); /* within mode_submit */
+    CHECK(mode_arrive(h->srv, &r));
+    on_reply(h, &r);
     CHECK_EQ_I64(r.status, REPLY_OK);
     CHECK_EQ_U64(r.grant_token, a.grant_token);
     CHECK(r.grant_expiry_ns > a.grant_expiry_ns);
@@ -283,6 +305,135 @@ TEST(renewal_answered_at_once_and_never_written)
     CHECK_EQ_U64(fake_applied(h->fake, sizes, 4), 2); /* the takeovers */
     CHECK(fake_committed(h->fake, "s1", "alice", 1, a.grant_expiry_ns));
     end_case();
+}
+
+/* An Acquire of a live lease changes no owner either: its holder's is
+ * granted again (the same token, a later expiry), another owner's is
+ * refused; both decided as they arrive, nothing written. */
+TEST(acquire_of_a_live_lease_is_decided_as_it_arrives)
+{
+    begin_case();
+    start(LONG_TTL_NS);
+    struct request a, again, other;
+    acquired(&a, "s1", "alice");
+    acquire(&again, "s1", "alice");
+    CHECK(mode_arrive(h->srv, &again));
+    CHECK_EQ_I64(again.status, REPLY_OK);
+    CHECK_EQ_U64(again.grant_token, 1);
+    CHECK(again.grant_expiry_ns > a.grant_expiry_ns);
+    acquire(&other, "s1", "bob");
+    CHECK(mode_arrive(h->srv, &other));
+    CHECK_EQ_I64(other.status, REPLY_HELD);
+    CHECK_EQ_U64(fake_entered(h->fake, FAKE_APPLY), 1); /* alice's only */
+    end_case();
+}
+
+/* A call that arrived and waits for the loop keeps its place: a
+ * renewal arriving behind its holder's release is not decided ahead of
+ * it, and is refused once the release is decided. */
+TEST(a_call_arrived_before_keeps_its_place)
+{
+    begin_case();
+    start(LONG_TTL_NS);
+    struct request a, rel, r;
+    acquired(&a, "s1", "alice");
+    lease_req(&rel, OP_RELEASE, "s1", "alice", a.grant_token);
+    renew(&r, "s1", "alice", a.grant_token);
+    CHECK(!mode_arrive(h->srv, &rel)); /* a change: the loop's */
+    CHECK(!mode_arrive(h->srv, &r));   /* behind it */
+    rel.next = &r;
+    r.next = NULL;
+    mode_submit(h->srv, &rel);
+    RUN_UNTIL(answered(&r));
+    REPLIED_IN_ORDER(&a, &rel, &r);
+    CHECK_EQ_I64(rel.status, REPLY_OK);
+    CHECK_EQ_I64(r.status, REPLY_HELD);
+    end_case();
+}
+
+/* A lone takeover is synced by its commit's own worker: its Stats,
+ * which waits for the commit slot, waits for the sync as well; one sync
+ * in all, and the answer comes once it ended. */
+TEST(a_lone_takeover_syncs_on_its_commits_worker)
+{
+    begin_case();
+    start(LONG_TTL_NS);
+    fake_hold(h->fake, FAKE_SYNC);
+    struct request a, st;
+    acquire(&a, "s1", "alice");
+    SUBMIT(&a);
+    RUN_UNTIL(fake_waiting(h->fake, FAKE_SYNC) == 1);
+    CHECK_EQ_U64(fake_returned(h->fake, FAKE_APPLY), 1);
+    stats(&st);
+    SUBMIT(&st);
+    run_for(50);
+    CHECK(!answered(&st)); /* the slot is still the commit's */
+    fake_release(h->fake, FAKE_SYNC);
+    RUN_UNTIL(answered(&a) && answered(&st));
+    CHECK_EQ_I64(a.status, REPLY_OK);
+    CHECK_EQ_U64(fake_entered(h->fake, FAKE_SYNC), 1);
+    end_case();
+}
+
+/* Renewals decided on another thread as they arrive, while the loop
+ * commits takeovers of other sessions: every renewal OK, each expiry
+ * later than the one before (checked under ThreadSanitizer too). */
+struct renewer {
+    struct request rs[400];
+    struct request *later[400]; /* not decided at once: the loop's */
+    size_t nlater;
+    uint64_t token;
+};
+
+static void *renew_on_a_thread(void *arg)
+{
+    struct renewer *w = arg;
+    for (size_t i = 0; i < sizeof(w->rs) / sizeof(w->rs[0]); i++) {
+        renew(&w->rs[i], "s0", "zoe", w->token);
+        if (!mode_arrive(h->srv, &w->rs[i]))
+            w->later[w->nlater++] = &w->rs[i];
+    }
+    return NULL;
+}
+
+TEST(renewals_decided_on_another_thread_beside_the_loop)
+{
+    enum { N = 100 };
+    begin_case();
+    start(LONG_TTL_NS);
+    struct request z;
+    acquired(&z, "s0", "zoe");
+    static struct renewer w;
+    memset(&w, 0, sizeof(w));
+    w.token = z.grant_token;
+    struct request *as = calloc(N, sizeof(*as));
+    char(*names)[16] = calloc(N, sizeof(*names));
+    CHECK(as != NULL && names != NULL);
+    pthread_t t;
+    CHECK_EQ_I64(pthread_create(&t, NULL, renew_on_a_thread, &w), 0);
+    for (size_t i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), "t%03zu", i);
+        acquire(&as[i], names[i], "tom");
+        SUBMIT(&as[i]);
+        RUN_UNTIL(answered(&as[i]));
+    }
+    CHECK_EQ_I64(pthread_join(t, NULL), 0);
+    if (w.nlater > 0) /* its session's counter was shared with a takeover */
+        submit(w.later, w.nlater);
+    for (size_t i = 0; i < w.nlater; i++)
+        RUN_UNTIL(answered(w.later[i]));
+    size_t bad = 0;
+    int64_t last = z.grant_expiry_ns;
+    for (size_t i = 0; i < sizeof(w.rs) / sizeof(w.rs[0]); i++) {
+        bad += w.rs[i].status != REPLY_OK || w.rs[i].grant_expiry_ns <= last;
+        last = w.rs[i].grant_expiry_ns;
+    }
+    CHECK_EQ_U64(bad, 0);
+    for (size_t i = 0; i < N; i++)
+        CHECK_EQ_I64(as[i].status, REPLY_OK);
+    end_case();
+    free(as);
+    free(names);
 }
 
 /* A renewal of a session with a change in the commit in flight would
@@ -341,10 +492,8 @@ TEST(a_sync_answers_only_the_commits_ended_before_it)
     start(LONG_TTL_NS);
     struct request z, a, b, c, r;
     acquired(&z, "s0", "zoe"); /* commit 1, synced */
-    fake_hold(h->fake, FAKE_SYNC);
     acquire(&a, "s1", "alice");
-    SUBMIT(&a); /* commit 2 */
-    RUN_UNTIL(fake_waiting(h->fake, FAKE_SYNC) == 1);
+    takeover_syncing_apart(&a); /* commit 2 */
     acquire(&b, "s2", "bob");
     acquire(&c, "s3", "carol");
     renew(&r, "s0", "zoe", z.grant_token);
@@ -373,10 +522,8 @@ static void sync_held_over_a_commit(struct request *z, struct request *a,
                                     struct request *b, struct request *r1)
 {
     acquired(z, "s0", "zoe");
-    fake_hold(h->fake, FAKE_SYNC);
     acquire(a, "s1", "alice");
-    SUBMIT(a);
-    RUN_UNTIL(fake_waiting(h->fake, FAKE_SYNC) == 1); /* covers alice */
+    takeover_syncing_apart(a); /* the sync held covers alice */
     acquire(b, "s2", "bob");
     renew(r1, "s0", "zoe", 1);
     SUBMIT(b, r1);
@@ -421,11 +568,9 @@ TEST(answers_wait_for_the_sync_of_the_takeover_they_saw)
 {
     begin_case();
     start(LONG_TTL_NS);
-    fake_hold(h->fake, FAKE_SYNC);
     struct request a, b, r, st;
     acquire(&a, "s1", "alice");
-    SUBMIT(&a);
-    RUN_UNTIL(fake_waiting(h->fake, FAKE_SYNC) == 1);
+    takeover_syncing_apart(&a);
     acquire(&b, "s1", "bob");
     SUBMIT(&b); /* decided at once: nothing to commit */
     CHECK(!answered(&b));
@@ -458,10 +603,8 @@ TEST(commit_failing_while_a_sync_is_in_flight)
     start(LONG_TTL_NS);
     struct request z, a, b, x, r, y, c;
     acquired(&z, "s0", "zoe");
-    fake_hold(h->fake, FAKE_SYNC);
     acquire(&a, "s1", "alice");
-    SUBMIT(&a);
-    RUN_UNTIL(fake_waiting(h->fake, FAKE_SYNC) == 1);
+    takeover_syncing_apart(&a);
     fake_fail(h->fake, FAKE_APPLY, STORE_EIO);
     acquire(&b, "s2", "bob");
     acquire(&x, "s1", "xavier"); /* refused, from alice's takeover */
@@ -593,18 +736,18 @@ TEST(full_queue_spills_into_the_next_batch)
     begin_case();
     start(LONG_TTL_NS);
     struct request *rs = calloc(N, sizeof(*rs));
+    struct request **ps = calloc(N, sizeof(*ps));
     char(*names)[16] = calloc(N, sizeof(*names));
-    CHECK(rs != NULL && names != NULL);
+    CHECK(rs != NULL && ps != NULL && names != NULL);
     for (size_t i = 0; i < N; i++) {
         snprintf(names[i], sizeof(names[i]), "q%05zu", i);
         acquire(&rs[i], names[i], "owner");
+        ps[i] = &rs[i];
     }
     fake_hold(h->fake, FAKE_APPLY);
     SUBMIT(&rs[0]);
     RUN_UNTIL(fake_waiting(h->fake, FAKE_APPLY) == 1);
-    for (size_t i = 1; i + 1 < N; i++)
-        rs[i].next = &rs[i + 1];
-    mode_submit(h->srv, &rs[1]);
+    submit(ps + 1, N - 1);
     CHECK_EQ_U64(fake_entered(h->fake, FAKE_APPLY), 1); /* they wait */
     fake_release(h->fake, FAKE_APPLY);
     RUN_UNTIL(h->nreplied == N);
@@ -622,6 +765,7 @@ TEST(full_queue_spills_into_the_next_batch)
     CHECK_EQ_U64(failed, 0);
     end_case();
     free(rs);
+    free(ps);
     free(names);
 }
 
@@ -791,6 +935,10 @@ TEST(quarantine_ttl_sync_failure_is_fatal)
 
 CHECK_MAIN(takeover_answered_only_after_its_commit_and_sync,
            renewal_answered_at_once_and_never_written,
+           acquire_of_a_live_lease_is_decided_as_it_arrives,
+           a_call_arrived_before_keeps_its_place,
+           a_lone_takeover_syncs_on_its_commits_worker,
+           renewals_decided_on_another_thread_beside_the_loop,
            renewal_of_a_session_in_flight_waits_for_its_commit,
            a_sync_answers_only_the_commits_ended_before_it,
            a_sync_begun_during_a_commit_does_not_cover_it,

@@ -132,7 +132,7 @@ static void on_closed(void *arg)
     hh->replied_at_close = hh->nreplied;
 }
 
-/* Runs the loop until cond holds, for MODE_WAIT_MS at most (then
+/* Runs the loop until cond holds, for mode_wait_ms() at most (then
  * fails). */
 #define RUN_UNTIL(cond) MODE_RUN_UNTIL(&h->ml, cond)
 
@@ -228,7 +228,7 @@ static void submit(struct request **rs, size_t n)
             abort();
         h->submitted[h->nsubmitted++] = rs[i];
     }
-    mode_submit(h->srv, rs[0]);
+    mode_harness_submit(h->srv, rs, n, on_reply, h);
 }
 
 /* Submits its arguments (struct request *) as one list. */
