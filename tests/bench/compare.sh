@@ -31,6 +31,9 @@
 #              RDB snapshots (--save '')
 #   redis-aof  the same with --appendonly yes --appendfsync always (the
 #              durable way to use Redis for leases)
+#   leased-base, leased-pg-base  leased and leased-pg with the daemon of
+#              another build (--base DIR: an earlier commit's), to measure
+#              a change against what it changed in the same rounds
 #
 # Rounds are interleaved: round 1 runs every workload and concurrency
 # against every system in turn, then round 2, and so on. Each run gets its
@@ -48,7 +51,7 @@
 #       [--connections 1] [--threads 1]   (threads: at most one per call in flight)
 #       [--systems "leased leased-audit leased-pg leased-pg2 null etcd redis
 #                   redis-aof"]
-#       [--pg-connections 1] [--build DIR] [--out DIR]
+#       [--pg-connections 1] [--build DIR] [--base DIR] [--out DIR]
 #
 # Installs etcd-server, redis-server and postgresql-15 (without its
 # system cluster) with apt-get when missing (as root). PostgreSQL refuses
@@ -71,6 +74,7 @@ pg_connections=1
 threads=1
 systems="leased leased-pg leased-pg2 null etcd redis redis-aof"
 out=
+base_leased=
 python=/usr/bin/python3
 pgbin=/usr/lib/postgresql/15/bin
 
@@ -92,6 +96,7 @@ while [ $# -gt 0 ]; do
     --pg-connections) pg_connections=$2; shift 2 ;;
     --systems) systems=$2; shift 2 ;;
     --build) build=$(cd "$2" && pwd); shift 2 ;;
+    --base) base_leased=$(cd "$2" && pwd)/daemon/leased; shift 2 ;;
     --out) out=$2; shift 2 ;;
     -h|--help) usage 0 ;;
     *) echo "compare: unknown argument $1" >&2; usage ;;
@@ -123,8 +128,12 @@ for sys in $systems; do
   case "$sys" in
     etcd) command -v etcd >/dev/null || need+=(etcd-server) ;;
     redis|redis-aof) command -v redis-server >/dev/null || need+=(redis-server) ;;
-    leased-pg|leased-pg2) [ -x "$pgbin/postgres" ] || need+=(postgresql-15) ;;
-    leased|leased-audit|null) ;;
+    leased-pg|leased-pg2|leased-pg-base)
+      [ -x "$pgbin/postgres" ] || need+=(postgresql-15) ;;&
+    leased-base|leased-pg-base)
+      [ -x "$base_leased" ] ||
+        { echo "compare: $sys needs --base DIR (a build of leased)" >&2; exit 2; } ;;
+    leased-pg|leased-pg2|leased|leased-audit|null) ;;
     *) echo "compare: unknown system $sys" >&2; exit 2 ;;
   esac
 done
@@ -300,11 +309,12 @@ start_server() {
   cpu_pids=()
   metrics_url=
   case "$sys" in
-    leased|leased-audit)
+    leased|leased-audit|leased-base)
       read -r port mport < <(free_ports 2)
-      local level=warn
+      local level=warn bin=$leased
       [ "$sys" = leased-audit ] && level=info
-      "$leased" --listen "127.0.0.1:$port" --data-dir "$dir" --ttl 30s \
+      [ "$sys" = leased-base ] && bin=$base_leased
+      "$bin" --listen "127.0.0.1:$port" --data-dir "$dir" --ttl 30s \
         --metrics-listen "127.0.0.1:$mport" \
         --log-level "$level" >"$dir.log" 2>&1 &
       started $! TERM
@@ -312,13 +322,14 @@ start_server() {
       metrics_url=http://127.0.0.1:$mport/metrics
       urls=("leased://127.0.0.1:$port")
       wait_ready grpc "$port" "$!" || server_failed "$dir" ;;
-    leased-pg|leased-pg2)
+    leased-pg|leased-pg2|leased-pg-base)
       start_postgres "$dir"
-      local replicas=1
+      local replicas=1 bin=$leased
       [ "$sys" = leased-pg2 ] && replicas=2
+      [ "$sys" = leased-pg-base ] && bin=$base_leased
       for _ in $(seq "$replicas"); do
         port=$(free_ports 1)
-        "$leased" --listen "127.0.0.1:$port" --postgres "$pgconn" --ttl 30s \
+        "$bin" --listen "127.0.0.1:$port" --postgres "$pgconn" --ttl 30s \
           --postgres-connections "$pg_connections" --log-level warn \
           >>"$dir.log" 2>&1 &
         started $! TERM
@@ -549,7 +560,7 @@ if "etcd" in systems:
     print("etcd: " + version(["etcd", "--version"]))
 if "redis" in systems or "redis-aof" in systems:
     print("redis: " + version(["redis-server", "--version"]))
-if "leased-pg" in systems or "leased-pg2" in systems:
+if {"leased-pg", "leased-pg2", "leased-pg-base"} & set(systems):
     print("postgres: " + version(["/usr/lib/postgresql/15/bin/postgres",
                                   "--version"]))
 probes = []
@@ -610,11 +621,11 @@ for w in workloads:
                 n = load("null", w, c, r) if "null" in systems else None
                 if n is not None and n["ops_per_sec"] > 0:
                     of_null.append(j["ops_per_sec"] / n["ops_per_sec"])
-            med[s] = {k: statistics.median(j[k] for j in runs)
-                      for k in ("ops_per_sec", "p50_us", "p99_us",
-                                "p999_us", "client_cpu", "server_cpu",
-                                "us_per_call", "fsyncs_per_sec")}
-                      if runs else None
+            med[s] = ({k: statistics.median(j[k] for j in runs)
+                       for k in ("ops_per_sec", "p50_us", "p99_us",
+                                 "p999_us", "client_cpu", "server_cpu",
+                                 "us_per_call", "fsyncs_per_sec")}
+                      if runs else None)
             if med[s] is not None:
                 med[s]["of_null"] = (statistics.median(of_null)
                                      if of_null else None)
@@ -623,7 +634,7 @@ for w in workloads:
 head = ("system", "workload", "conc", "ops/s", "p50 µs", "p99 µs",
         "p999 µs", "errors", "vs leased", "of null", "client", "server",
         "µs/call", "fsync/s")
-fmt = "%-10s %-8s %5s %9s %9s %9s %9s %8s %10s %8s %7s %7s %8s %8s"
+fmt = "%-14s %-8s %5s %9s %9s %9s %9s %8s %10s %8s %7s %7s %8s %8s"
 
 
 def num(x, f):
@@ -657,7 +668,7 @@ print("errors: failed operations summed over the rounds (+N failed: runs "
       "leased_fsync_duration_seconds_count over the run).")
 print("redis: default config, no persistence (--save ''); redis-aof: "
       "--appendonly yes --appendfsync always.")
-if "leased-pg" in systems or "leased-pg2" in systems:
+if {"leased-pg", "leased-pg2", "leased-pg-base"} & set(systems):
     print("leased-pg: one replica over a local PostgreSQL (fsync, "
           "synchronous_commit on), --postgres-connections %s; leased-pg2: "
           "two replicas over it, one leasebench per replica with half the "

@@ -2,13 +2,14 @@
 # leased with many live leases: the renew workload's ops/s and latency,
 # the daemon's RSS, and how long a restart takes to load them and serve.
 #
-#   tests/bench/scale.sh [SESSIONS...]      # default: 1024 100000 1000000
+#   [BUILD=DIR] tests/bench/scale.sh [SESSIONS...]   # default: 1024 100000 1000000
 #
-# Uses build/ (after the README's set-up); the TTL is 1h so that every
-# lease stays live; data under $TMPDIR, removed afterwards.
+# Uses build/ (after the README's set-up), or the build directory DIR
+# (build-rel: a release build); the TTL is 1h so that every lease stays
+# live; data under $TMPDIR, removed afterwards.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-bin=$root/build
+bin=$root/${BUILD:-build}
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(1024 100000 1000000)
 pid=
