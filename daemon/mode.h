@@ -13,10 +13,10 @@
  *
  * main.c picks a table (struct mode_ops) and talks to the mode through
  * mode_arrive(), mode_submit() and mode_close() alone; the mode talks back
- * through the hooks. What both modes do alike is written once, in mode.c: the queue
- * of calls, the counters that keep one session's calls in order, the
- * mapping of a rule's outcome to a reply, the admin answers, the stats
- * and gauges, storage health, and closing.
+ * through the hooks. What both modes do alike is written once, in mode.c:
+ * the queue of calls, the counters that keep one session's calls in order,
+ * the mapping of a rule's outcome to a reply, the admin answers, the
+ * stats and gauges, storage health, and closing.
  *
  * Everything here runs on the loop's thread, but mode_arrive(), which
  * the front end calls on its own thread as each call arrives: a mode
@@ -25,7 +25,8 @@
  *
  * Adding a third mode: a file with its own struct that starts with a
  * struct mode, an open function that fills it (mode_init()) from the
- * configuration, a submit and a destroy, and its table in this header.
+ * configuration, a submit and a destroy (an arrive if it decides some
+ * calls on the front end's thread, else NULL), and its table here.
  */
 #ifndef LEASED_MODE_H
 #define LEASED_MODE_H

@@ -410,8 +410,8 @@ static void run_commit(uv_work_t *w)
     if (s->commit_err != STORE_OK)
         snprintf(s->commit_errmsg, sizeof(s->commit_errmsg), "%s",
                  store_errmsg(s->store));
-    s->commit_synced = s->commit_err == STORE_OK && s->sync_in_commit &&
-                       !calls_pending(s);
+    s->commit_synced =
+        s->commit_err == STORE_OK && s->sync_in_commit && !calls_pending(s);
     if (s->commit_synced)
         sync_store(s);
 }
