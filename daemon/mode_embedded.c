@@ -755,8 +755,10 @@ static void process(struct embedded *s)
         }
         if (s->nchgs > 0) {
             s->batch = batch.head;
-            /* Nothing else to sync for: the commit's worker syncs too. */
-            s->sync_in_commit = s->durable && !s->syncing;
+            /* Nothing else to sync for: the commit's worker syncs too
+             * (not in the control that answers before any sync). */
+            s->sync_in_commit = s->durable && !s->syncing &&
+                                !FAULT_BROKEN("reply_before_sync");
             s->syncing = s->syncing || s->sync_in_commit;
             sm_move(&s->slot, SLOT_BATCH);
             uv_queue_work(s->base.loop, &s->commit_work, run_commit,
