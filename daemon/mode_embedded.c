@@ -444,10 +444,18 @@ static void sync_failed(struct embedded *s, const char *why)
     s->base.hooks.fatal(s->base.hooks.arg, why);
 }
 
-/* A sync that covers every commit up to covers succeeded: answers, in
- * commit order, everything that waited for it. */
-static void synced(struct embedded *s, uint64_t covers)
+/* A sync covering every commit up to covers ended (the sync worker's,
+ * or a commit's own), cancelled or as sync_errno says. Returns true when
+ * it succeeded, having answered, in commit order, everything that waited
+ * for it; false when it failed and the process is to end (sync_failed):
+ * touch nothing more. */
+static bool sync_outcome(struct embedded *s, bool cancelled, uint64_t covers)
 {
+    s->syncing = false;
+    if (cancelled || s->sync_errno != 0) {
+        sync_failed(s, cancelled ? "the sync was cancelled" : s->sync_errmsg);
+        return false;
+    }
     log_debug("synced", "sync_us=%lld", (long long)(s->sync_ns / 1000));
     metrics_observe(&metrics.fsync_seconds, (double)s->sync_ns / 1e9);
     assert(covers >= s->synced_seq);
@@ -457,17 +465,13 @@ static void synced(struct embedded *s, uint64_t covers)
            s->waiting.head->commit_seq <= covers)
         mode_push(&done, mode_pop(&s->waiting));
     mode_answer_list(&s->base, done.head);
+    return true;
 }
 
 static void sync_ended(struct embedded *s, int status)
 {
-    s->syncing = false;
-    if (status != 0 || s->sync_errno != 0) {
-        sync_failed(s, status != 0 ? "the sync was cancelled"
-                                   : s->sync_errmsg);
+    if (!sync_outcome(s, status != 0, s->sync_covers))
         return;
-    }
-    synced(s, s->sync_covers);
     maybe_sync(s);
     if (s->base.closing)
         maybe_finish_close(s);
@@ -542,15 +546,12 @@ static void commit_ended(struct embedded *s, int status)
         sync_failed(s, s->commit_errmsg);
         return;
     }
-    if (sync_in_commit) { /* the batch's own sync, if it ran */
+    /* The batch's own sync, if its worker ran one (commit_synced is
+     * the worker's, so only when the work ran). */
+    if (sync_in_commit && !(ok && s->commit_synced))
         s->syncing = false;
-        if (s->commit_synced && s->sync_errno != 0) {
-            sync_failed(s, s->sync_errmsg);
-            return;
-        }
-        if (s->commit_synced)
-            synced(s, seq);
-    }
+    else if (sync_in_commit && !sync_outcome(s, false, seq))
+        return;
     commit_outcome(s, ok, s->durable || probe);
     s->nchgs = 0;
     /* Answer what need not wait for the disk; the rest waits for a sync
