@@ -36,9 +36,13 @@ if [ "$1" = test ]; then
   # the container suites. ca-certificates: npm's TLS to its registry
   # (Debian's nodejs only recommends it). postgresql-15: the PostgreSQL
   # tests start servers of their own from its binaries.
+  # python3-setuptools, -wheel, -pip and -venv: the Python package's
+  # build (client/python/setup.py), and README's `pip install` of it
+  # into a venv.
   packages+=(
     protobuf-compiler libhiredis-dev openssl
     python3 python3-grpcio python3-protobuf python3-prometheus-client
+    python3-setuptools python3-wheel python3-pip python3-venv
     golang-go golang-google-grpc-dev golang-google-protobuf-dev
     libfaketime valgrind strace clang libclang-rt-14-dev
     systemd procps iproute2 git podman runc debootstrap ca-certificates

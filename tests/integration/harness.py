@@ -49,12 +49,17 @@ def _generate():
         check=True)
     sys.path.insert(0, out)
     from mecatl.driver.v1 import session_lease_pb2
-    from leased.admin.v1 import admin_pb2
-    # Loaded by path: "grpc" is grpcio's own package.
-    spec = importlib.util.spec_from_file_location(
-        "health_pb2", os.path.join(out, "grpc/health/v1/health_pb2.py"))
-    health_pb2 = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(health_pb2)
+
+    # Loaded by path: "grpc" is grpcio's own package, "leased" the
+    # client's (client/python).
+    def load(name, path):
+        spec = importlib.util.spec_from_file_location(
+            name, os.path.join(out, path))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    health_pb2 = load("health_pb2", "grpc/health/v1/health_pb2.py")
+    admin_pb2 = load("admin_pb2", "leased/admin/v1/admin_pb2.py")
     return session_lease_pb2, health_pb2, admin_pb2
 
 

@@ -1,0 +1,43 @@
+"""A negative control of the Python package's tests: runs one case of
+test_python_client.py against a deliberately broken copy of the package,
+and passes only if the case fails.
+
+    python_mutant.py LIB FILE OLD NEW CASE
+
+LIB is the built package's directory (its leased/ inside); OLD, which
+must occur exactly once in leased/FILE (else the mutant is stale: this
+fails), is replaced with NEW in the copy."""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main():
+    lib, name, old, new, case = sys.argv[1:6]
+    with tempfile.TemporaryDirectory(prefix="leased-py-mutant-") as tmp:
+        copy = os.path.join(tmp, "lib")
+        shutil.copytree(lib, copy)
+        path = os.path.join(copy, "leased", name)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        if text.count(old) != 1 or old == new:
+            sys.exit("stale mutant: %r occurs %d times in %s" %
+                     (old, text.count(old), name))
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text.replace(old, new))
+        run = subprocess.run(
+            [sys.executable, os.path.join(HERE, "test_python_client.py"),
+             case], env=dict(os.environ, LEASED_PYTHON_LIB=copy),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(run.stdout[-3000:])
+    if run.returncode == 0:
+        sys.exit("NOT CAUGHT: %s with %r -> %r passed %s" %
+                 (name, old, new, case))
+    print("caught: %s failed against the mutant" % case)
+
+
+main()
