@@ -37,6 +37,8 @@ def main():
     if run.returncode == 0:
         sys.exit("NOT CAUGHT: %s with %r -> %r passed %s" %
                  (name, old, new, case))
+    if "FAIL %s" % case not in run.stdout:
+        sys.exit("%s did not run against the mutant: not a catch" % case)
     print("caught: %s failed against the mutant" % case)
 
 

@@ -1,10 +1,11 @@
 """README.md's short tour, run exactly as printed: its shell blocks and its
-Python program (the package installed as the tour says), against a
-leased on the tour's own address (127.0.0.1:7443). So that the address is
-free whatever else runs here, the daemon and the tour run in a network
-namespace of their own (`unshare --net`: pip can download nothing), in a
-scratch "clone" (proto/, client/python and the built leasectl), and the
-Python program from yet another directory."""
+Python and Go programs (the packages installed as the tour says),
+against a leased on the tour's own address (127.0.0.1:7443). So that the
+address is free whatever else runs here, the daemon and the tour run in
+a network namespace of their own (`unshare --net`: pip and go can
+download nothing), in a scratch "clone" (proto/, client/python,
+client/go and the built leasectl), and the Python program from yet
+another directory."""
 import glob
 import os
 import re
@@ -30,6 +31,10 @@ cd "$TMP/clone"
 . "$TMP/python-setup.sh"
 cd "$TMP/elsewhere"
 python3 "$TMP/tour.py" >"$TMP/python.out" 2>&1
+cd "$TMP/clone"
+. "$TMP/go-setup.sh"
+cp "$TMP/main.go" build/go/src/tour/main.go
+. "$TMP/go-run.sh" >"$TMP/go.out" 2>&1
 kill -TERM $leased
 wait $leased
 """
@@ -57,6 +62,8 @@ def test_the_tour_runs_as_printed():
         os.makedirs(os.path.join(tmp, "elsewhere"))
         shutil.copytree(os.path.join(harness.ROOT, "proto"),
                         os.path.join(clone, "proto"))
+        shutil.copytree(os.path.join(harness.ROOT, "client", "go"),
+                        os.path.join(clone, "client", "go"))
         shutil.copytree(os.path.join(harness.ROOT, "client", "python"),
                         os.path.join(clone, "client", "python"),
                         ignore=shutil.ignore_patterns(
@@ -66,13 +73,20 @@ def test_the_tour_runs_as_printed():
         for name, text in [
                 ("shell.sh", block(blocks, "sh", "leasectl acquire")),
                 ("python-setup.sh", block(blocks, "sh", "pip install")),
-                ("tour.py", block(blocks, "python", "import leased"))]:
+                ("tour.py", block(blocks, "python", "import leased")),
+                ("go-setup.sh", block(blocks, "sh", "GOPATH")),
+                ("main.go", block(blocks, "go", "leased/lease")),
+                ("go-run.sh", block(blocks, "sh", "go run"))]:
             with open(os.path.join(tmp, name), "w") as f:
                 f.write(text)
         env = dict(os.environ, TMP=tmp, LEASED_BIN=harness.leased_bin(),
                    # Debian's python3, with python3-grpcio, as on a user's
                    # machine; no owner from the environment of the tests.
                    PATH="/usr/bin:/bin:/usr/sbin:/sbin:" + os.environ["PATH"])
+        # The build's Go cache, which compiled gRPC-Go already (go
+        # builds offline either way; a cold cache only takes longer).
+        if os.environ.get("LEASED_GO_CACHE"):
+            env["GOCACHE"] = os.environ["LEASED_GO_CACHE"]
         env.pop("LEASE_OWNER", None)
         env.pop("PYTHONPATH", None)
 
@@ -82,7 +96,8 @@ def test_the_tour_runs_as_printed():
 
         def logs():
             return "\n".join("--- %s\n%s" % (n, output(n)) for n in
-                             ("leased.log", "shell.out", "python.out"))
+                             ("leased.log", "shell.out", "python.out",
+                              "go.out"))
         started = time.time()
         try:
             run = subprocess.run(["unshare", "--net", "bash", "-c",
@@ -118,6 +133,12 @@ def test_the_tour_runs_as_printed():
                          r"holding s2 with token \d+\n",
                          output("python.out"))
         assert m and int(m.group(2)) > int(m.group(1)) >= 1, logs
+        m = re.fullmatch(r"web-1 holds g1 with token (\d+)\n"
+                         r"web-2 is refused: lease: held by another owner "
+                         r"\(FAILED_PRECONDITION\)\n"
+                         r"keeping g2 with token (\d+) valid: true\n",
+                         output("go.out"))
+        assert m and int(m.group(1)) >= 1 and int(m.group(2)) >= 1, logs
         # The package, its generated messages with it, is in the build
         # directory's venv, nowhere else.
         assert os.listdir(os.path.join(tmp, "elsewhere")) == [], logs
