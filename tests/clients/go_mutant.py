@@ -12,6 +12,8 @@ import subprocess
 import sys
 import tempfile
 
+from mutant_edit import edit
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "..", "..", "client", "go")
 
@@ -24,14 +26,7 @@ def main():
         copy = os.path.join(tmp, "lease")
         shutil.copytree(SRC, copy)
         for name, old, new in zip(edits[::3], edits[1::3], edits[2::3]):
-            path = os.path.join(copy, name)
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-            if text.count(old) != 1 or old == new:
-                sys.exit("stale mutant: %r occurs %d times in %s" %
-                         (old, text.count(old), name))
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text.replace(old, new))
+            edit(os.path.join(copy, name), old, new)
         run = subprocess.run(
             ["sh", os.path.join(HERE, "go_test.sh"), test],
             env=dict(os.environ, GO_SRC=copy), stdout=subprocess.PIPE,

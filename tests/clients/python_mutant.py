@@ -13,6 +13,8 @@ import subprocess
 import sys
 import tempfile
 
+from mutant_edit import edit
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -21,14 +23,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="leased-py-mutant-") as tmp:
         copy = os.path.join(tmp, "lib")
         shutil.copytree(lib, copy)
-        path = os.path.join(copy, "leased", name)
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        if text.count(old) != 1 or old == new:
-            sys.exit("stale mutant: %r occurs %d times in %s" %
-                     (old, text.count(old), name))
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text.replace(old, new))
+        edit(os.path.join(copy, "leased", name), old, new)
         run = subprocess.run(
             [sys.executable, os.path.join(HERE, "test_python_client.py"),
              case], env=dict(os.environ, LEASED_PYTHON_LIB=copy),
