@@ -122,13 +122,18 @@ class Keeper:
             return
         self._lost = True
         self._cond.notify_all()
-        lease = self._lease
-        if self._on_lost is not None:
-            self._cond.release()
-            try:
-                self._on_lost(lease, error)
-            finally:
-                self._cond.acquire()
+        self._unlocked(self._on_lost, self._lease, error)
+
+    def _unlocked(self, callback, lease, error):
+        """Calls callback(lease, error), if any, with the condition
+        released (held by the caller, and again on return)."""
+        if callback is None:
+            return
+        self._cond.release()
+        try:
+            callback(lease, error)
+        finally:
+            self._cond.acquire()
 
     def _watchdog(self):
         with self._cond:
@@ -171,12 +176,7 @@ class Keeper:
             self._last_error = error
             self._next_renew = time.monotonic() + min(self._ttl / 10,
                                                       _RETRY_MAX)
-            if self._on_trouble is not None:
-                self._cond.release()
-                try:
-                    self._on_trouble(cur, error)
-                finally:
-                    self._cond.acquire()
+            self._unlocked(self._on_trouble, cur, error)
 
     def valid(self):
         """Whether the lease may still be trusted: not lost, and its
