@@ -10,7 +10,7 @@
  * printable ASCII characters other than '"', '\' and '='), each other one
  * sessions= or owners= (`*` alone, or a comma-separated list of prefixes
  * of 1..ENGINE_SESSION_MAX or 1..ENGINE_OWNER_MAX bytes without '"' or
- * '*') or admin=none|read, no key twice; no identity twice, at least one
+ * '*') or admin=none|read|write, no key twice; no identity twice, at least one
  * rule, no NUL byte. Nothing may crash or leak, and:
  *  - the parse succeeds exactly when the reference's does, with as many
  *    rules; a failure's message is NUL-terminated, names the file
@@ -19,10 +19,10 @@
  *  - for a few callers (the first identities of the file, each less its
  *    last byte, "" and one no rule names) and probe strings (the first
  *    prefixes of the file, each as it is, with "-x" appended and less its
- *    last byte, and a few fixed ones), every call (Acquire, Renew and
- *    Release with each probe as session and each as owner; Get, List and
- *    Stats with each as session) is allowed exactly when the reference's
- *    rules allow it, and a denial says REPLY_DENIED with a reason;
+ *    last byte, and a few fixed ones), every call (Acquire, Renew,
+ *    Release with each probe as session and each as owner; Get,
+ *    List, Stats, Revoke and Snapshot with each as session) is allowed
+ *    exactly when the reference's rules allow it, and a denial says REPLY_DENIED with a reason;
  *  - a List is handed the caller's rule (req.list_rule) exactly when its
  *    prefix lies within none of the caller's; then policy_visible()
  *    agrees with the reference on every probe, and a narrowed prefix is
@@ -65,7 +65,7 @@ struct plist {
 struct mrule {
     struct span id;
     struct plist sessions, owners;
-    bool admin;
+    int admin; /* 0 none, 1 read, 2 write (and read) */
 };
 
 /* What the reference makes of a file. */
@@ -163,8 +163,8 @@ static bool model_field(struct model *m, struct mrule *r, struct span f,
         return model_prefixes(m, v, ENGINE_SESSION_MAX, &r->sessions);
     if (bit == 2)
         return model_prefixes(m, v, ENGINE_OWNER_MAX, &r->owners);
-    r->admin = span_is(v, "read");
-    return r->admin || span_is(v, "none");
+    r->admin = span_is(v, "read") ? 1 : span_is(v, "write") ? 2 : 0;
+    return r->admin > 0 || span_is(v, "none");
 }
 
 static int by_identity(const void *a, const void *b)
@@ -243,13 +243,17 @@ static bool model_allows(const struct model *m, const struct mrule *r,
 {
     struct span session = {req->session, req->session_len};
     struct span owner = {req->owner, req->owner_len};
-    if (r == NULL || (request_is_admin(req->op) && !r->admin))
+    if (r == NULL || (request_is_admin(req->op) && r->admin == 0))
         return false;
+    if (req->op == OP_REVOKE && r->admin != 2)
+        return false;
+    if (req->op == OP_SNAPSHOT)
+        return r->sessions.all;
     if (req->op == OP_LIST || req->op == OP_STATS)
         return true;
     if (!model_match(m, &r->sessions, session))
         return false;
-    return req->op == OP_GET || model_match(m, &r->owners, owner);
+    return request_is_admin(req->op) || model_match(m, &r->owners, owner);
 }
 
 struct probe {
@@ -338,16 +342,20 @@ static void call(struct run *run, const struct mrule *r,
     policy_release(req.list_rule);
 }
 
+static const enum request_op lease_ops[] = {OP_ACQUIRE, OP_RENEW,
+                                            OP_RELEASE};
+#define LEASE_OPS (sizeof(lease_ops) / sizeof(lease_ops[0]))
+
 static void check_caller(struct run *run,
                          const char identity[IDENTITY_MAX + 1])
 {
     const struct mrule *r = model_find(run->m, identity);
     for (size_t i = 0; i < run->nprobe; i++) {
         const struct probe *s = &run->probe[i];
-        for (int op = OP_GET; op <= OP_STATS; op++)
+        for (int op = OP_GET; op <= OP_SNAPSHOT; op++)
             call(run, r, identity, (enum request_op)op, s, NULL);
         for (size_t j = 0; j < run->nprobe; j++)
-            call(run, r, identity, (enum request_op)((i + j) % 3), s,
+            call(run, r, identity, lease_ops[(i + j) % LEASE_OPS], s,
                  &run->probe[j]);
     }
 }
