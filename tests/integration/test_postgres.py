@@ -1299,7 +1299,9 @@ def test_a_cancelled_wait_for_the_standby_is_not_answered_ok():
             assert not call.done()
             server.psql("SELECT pg_cancel_backend(pid) " + syncrep % "leased")
             assert call.result(timeout=10) == UNAVAILABLE
-        assert "synchronous standby" in d.log_text(), d.log_text()
+        # Logged as the call is answered (its connection is closed then).
+        wait_for("the reason in the log",
+                 lambda: "synchronous standby" in d.log_text(), 10)
         server.psql("ALTER SYSTEM RESET synchronous_standby_names")
         server.psql("SELECT pg_reload_conf()")
         # It was committed on the primary: the replica reconnects and
