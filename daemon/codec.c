@@ -18,6 +18,7 @@
 #include "grpc/health/v1/health.pb-c.h"
 #include "leased/admin/v1/admin.pb-c.h"
 #include "leased/codec/v1/wire.pb-c.h"
+#include "leased/v1/leases.pb-c.h"
 #include "mecatl/driver/v1/session_lease.pb-c.h"
 #include "validate.h"
 #include "version.h"
@@ -125,11 +126,12 @@ int codec_decode(enum request_op op, const uint8_t *buf, size_t len,
         *msg = NULL;
         return -1;
     }
-    if (op == OP_ACQUIRE) {
+    if (op == OP_ACQUIRE || op == OP_WAIT) { /* the same fields */
         Leased__Codec__V1__WireAcquireRequest *m =
             leased__codec__v1__wire_acquire_request__unpack(NULL, len, buf);
         if (m == NULL)
-            return invalid(req, "malformed AcquireRequest");
+            return invalid(req, "malformed %s",
+                           op == OP_WAIT ? "WaitRequest" : "AcquireRequest");
         *msg = m;
         if (take_string(req, "session_id", &m->session_id,
                         ENGINE_SESSION_MAX, &req->session,
@@ -175,6 +177,7 @@ size_t codec_encode_reply(const struct request *req, uint8_t *buf,
 {
     if (req->op == OP_RELEASE)
         return 0; /* ReleaseResponse has no fields */
+    /* A LeaseResponse, or a WaitResponse: the same fields. */
     Google__Protobuf__Timestamp expiry = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
     expiry.seconds = req->grant_expiry_ns / 1000000000;
     expiry.nanos = (int32_t)(req->grant_expiry_ns % 1000000000);
@@ -197,13 +200,15 @@ size_t codec_encode_reply(const struct request *req, uint8_t *buf,
 void codec_method_path(enum request_op op, char *buf, size_t cap)
 {
     static const char *const names[] = {
-        [OP_ACQUIRE] = "Acquire", [OP_RENEW] = "Renew",
-        [OP_RELEASE] = "Release", [OP_GET] = "Get", [OP_LIST] = "List",
-        [OP_STATS] = "Stats",     [OP_REVOKE] = "Revoke",
+        [OP_ACQUIRE] = "Acquire",  [OP_RENEW] = "Renew",
+        [OP_RELEASE] = "Release",  [OP_WAIT] = "Wait",
+        [OP_GET] = "Get",          [OP_LIST] = "List",
+        [OP_STATS] = "Stats",      [OP_REVOKE] = "Revoke",
         [OP_SNAPSHOT] = "Snapshot"};
     const ProtobufCServiceDescriptor *d =
-        request_is_admin(op)
-            ? &leased__admin__v1__admin__descriptor
+        request_is_admin(op) ? &leased__admin__v1__admin__descriptor
+        : op == OP_WAIT
+            ? &leased__v1__leases__descriptor
             : &mecatl__driver__v1__session_lease_service__descriptor;
     const ProtobufCMethodDescriptor *m =
         protobuf_c_service_descriptor_get_method_by_name(d, names[op]);

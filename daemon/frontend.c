@@ -34,12 +34,23 @@
  *                         list
  *   READY     -> SENDING  CQ thread: send_replies() starts its reply
  *   SENDING   -> DONE     CQ thread: the final batch completed, or could
- *                         not start; rpc_free()
+ *                         not start (and a Wait's close came back);
+ *                         rpc_free()
  *
  * An rpc has a tag for each of its batches (see struct frontend_tag):
  * `requested` (TAG_CALL: the call arrived, or the request failed),
  * `handback` (TAG_HANDBACK, below) and `reply` (TAG_REPLY, the final
- * batch); no two are pending at once. grpc.health.v1 calls are health.c's,
+ * batch); no two are pending at once, but for a Wait's `closed`.
+ *
+ * Waits: a Wait may stay at the loop, in its session's line, until its
+ * deadline. As it is handed over, a batch of its own waits for the end
+ * of its call (RECV_CLOSE_ON_SERVER, TAG_CLOSED), which comes early if
+ * the call is cancelled, passes its deadline or loses its connection:
+ * then, if the loop still has it, the CQ thread sets its request's
+ * `ended` and wakes the loop, which drops it from the line
+ * (mode_cancelled()) and answers it CANCELLED (sent into a call that is
+ * over: gRPC drops it). Such an rpc is freed once both its close and its
+ * reply came back. grpc.health.v1 calls are health.c's,
  * with tags and states of their own; the CQ thread hands their events
  * over.
  *
@@ -103,7 +114,7 @@
 
 #define ARMED_PER_METHOD 16
 #define ARMED_UNKNOWN 2
-#define NMETHODS 8 /* enum request_op: the lease and admin methods */
+#define NMETHODS 9    /* enum request_op: the lease and admin methods */
 #define ARMED_ADMIN 2 /* per admin method */
 #define ARMED_HEALTH 2 /* per health method */
 #define LINGER_MS 200   /* see Drain above */
@@ -149,6 +160,10 @@ static const struct sm_conf drain_states[DRAIN_NSTATES] = {
 struct rpc {
     struct request req; /* first: the loop sees only this */
     struct frontend_tag requested, handback, reply; /* see above */
+    /* A Wait's: its call is over (see Waits above); it is freed once
+     * this and `reply` both came back. */
+    struct frontend_tag closed;
+    bool watching_close, close_done, reply_done;
     struct frontend *fe;
     /* enum rpc_state. Its state is atomic (sm.h), so that the hand-back
      * from the loop (frontend_reply) orders the loop's writes to req
@@ -192,6 +207,7 @@ struct frontend {
     /* The hand-back: the loop appends, the CQ thread takes everything. */
     struct rpc *replies, *replies_tail;
     atomic_size_t pending; /* handed to the loop, not yet answered */
+    atomic_size_t ended;   /* Waits the loop has whose calls ended */
     /* The loop is woken once this many requests wait; 0: not at all. */
     atomic_size_t want_at;
 
@@ -224,6 +240,8 @@ static const grpc_status_code status_codes[] = {
     [REPLY_INTERNAL] = GRPC_STATUS_INTERNAL,
     [REPLY_NOT_FOUND] = GRPC_STATUS_NOT_FOUND,
     [REPLY_DENIED] = GRPC_STATUS_PERMISSION_DENIED,
+    [REPLY_CANCELLED] = GRPC_STATUS_CANCELLED,
+    [REPLY_UNIMPLEMENTED] = GRPC_STATUS_UNIMPLEMENTED,
 };
 
 /* What each state promises of r's fields, checked by sm_move() in debug
@@ -291,6 +309,7 @@ static struct rpc *rpc_new(struct frontend *fe)
     r->requested.kind = TAG_CALL;
     r->handback.kind = TAG_HANDBACK;
     r->reply.kind = TAG_REPLY;
+    r->closed.kind = TAG_CLOSED;
     r->fe = fe;
     sm_init(&r->sm, rpc_states, rpc_invariant, RPC_REQUESTED);
     r->status_details = grpc_empty_slice();
@@ -344,6 +363,15 @@ static enum metric_method metric_of(const struct rpc *r)
     return r->unknown ? MM_OTHER : metrics_method(r->req.op);
 }
 
+/* r's final batch is over (or never started): frees r, unless it is a
+ * Wait whose close has not come back yet (on_closed() frees it then). */
+static void reply_over(struct rpc *r)
+{
+    r->reply_done = true;
+    if (!r->watching_close || r->close_done)
+        rpc_free(r);
+}
+
 /* -> SENDING: starts the final batch, the status, and the message when
  * body is set (taken). */
 static void send_reply(struct rpc *r, grpc_status_code code,
@@ -369,11 +397,13 @@ static void send_reply(struct rpc *r, grpc_status_code code,
     ops[n].data.send_status_from_server.status = code;
     ops[n++].data.send_status_from_server.status_details =
         GRPC_SLICE_LENGTH(r->status_details) > 0 ? &r->status_details : NULL;
-    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    ops[n++].data.recv_close_on_server.cancelled = &r->cancelled;
+    if (!r->watching_close) {
+        ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+        ops[n++].data.recv_close_on_server.cancelled = &r->cancelled;
+    }
     enum metric_method m = metric_of(r);
     metrics_count_request(m, (int)code);
-    if (r->accepted_ns != 0)
+    if (r->accepted_ns != 0 && m <= MM_RELEASE) /* a Wait's time: waited */
         metrics_observe(&metrics.latency[m],
                         (double)(clock_mono_ns() - r->accepted_ns) / 1e9);
     sm_move(&r->sm, RPC_SENDING);
@@ -381,7 +411,7 @@ static void send_reply(struct rpc *r, grpc_status_code code,
         grpc_call_start_batch(r->call, ops, n, &r->reply, NULL);
     if (err != GRPC_CALL_OK) {
         log_error("reply_failed", "grpc_call_error=%d", (int)err);
-        rpc_free(r);
+        reply_over(r);
     }
 }
 
@@ -450,6 +480,37 @@ static bool read_payload(struct rpc *r, grpc_slice *out)
     return true;
 }
 
+/* A Wait may wait long at the loop: learn when its call ends before its
+ * answer (see Waits above). Without it (the batch refused), the Wait is
+ * still answered, only not dropped early. */
+static void watch_close(struct rpc *r)
+{
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &r->cancelled;
+    grpc_call_error err =
+        grpc_call_start_batch(r->call, &op, 1, &r->closed, NULL);
+    if (err != GRPC_CALL_OK)
+        log_error("watch_close_failed", "grpc_call_error=%d", (int)err);
+    r->watching_close = err == GRPC_CALL_OK;
+}
+
+/* A Wait's call is over: cancelled while the loop has it, the loop
+ * hears of it; once its reply is sent too, it is freed. */
+static void on_closed(struct rpc *r)
+{
+    struct frontend *fe = r->fe;
+    r->close_done = true;
+    if (r->cancelled && sm_state(&r->sm) == RPC_AT_LOOP) {
+        atomic_store(&r->req.ended, true);
+        atomic_fetch_add(&fe->ended, 1);
+        uv_async_send(&fe->async);
+    }
+    if (r->reply_done)
+        rpc_free(r);
+}
+
 /* -> AT_LOOP; or SENDING when too many are there already, or when the
  * mode decided it at once. */
 static void hand_off(struct frontend *fe, struct rpc *r)
@@ -467,6 +528,8 @@ static void hand_off(struct frontend *fe, struct rpc *r)
         reply_request(r);
         return;
     }
+    if (r->req.op == OP_WAIT)
+        watch_close(r);
     atomic_fetch_add(&metrics.queue_depth, 1);
     sm_move(&r->sm, RPC_AT_LOOP);
     r->req.next = NULL;
@@ -607,7 +670,10 @@ static void on_event(struct frontend *fe, grpc_event ev)
     case TAG_REPLY:
         r = container_of(tag, struct rpc, reply);
         expect(r, RPC_SENDING, "reply");
-        rpc_free(r);
+        reply_over(r);
+        return;
+    case TAG_CLOSED:
+        on_closed(container_of(tag, struct rpc, closed));
         return;
     case TAG_SHUTDOWN:
         fe->notified = true;
@@ -733,6 +799,8 @@ static void on_async(uv_async_t *h)
     pthread_mutex_unlock(&fe->lock);
     if (list != NULL)
         fe->cb.requests(fe->cb.arg, list);
+    if (atomic_exchange(&fe->ended, 0) > 0)
+        fe->cb.ended(fe->cb.arg);
     if (atomic_load(&fe->thread_done) && !fe->stopped_reported) {
         fe->stopped_reported = true;
         fe->cb.stopped(fe->cb.arg);

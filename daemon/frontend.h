@@ -41,6 +41,10 @@ struct frontend_callbacks {
     /* On the loop: after frontend_shutdown(), every call is answered and
      * the gRPC server is gone; frontend_destroy() may be called. */
     void (*stopped)(void *arg);
+    /* On the loop: Wait calls it has were cancelled, passed their
+     * deadline or lost their connection; each has its request's `ended`
+     * set (mode_cancelled()). */
+    void (*ended)(void *arg);
     void *arg;
 };
 
@@ -104,6 +108,7 @@ enum frontend_tag_kind {
     TAG_CALL,          /* a lease, admin or unknown-method call arrived */
     TAG_HANDBACK,      /* the empty batch that brings the reply list */
     TAG_REPLY,         /* a call's final batch */
+    TAG_CLOSED,        /* a Wait call is over (RECV_CLOSE_ON_SERVER) */
     TAG_SHUTDOWN,      /* the server's shutdown notification */
     TAG_HEALTH_CALL,   /* a Check or Watch call arrived */
     TAG_HEALTH_SENT,   /* a health call's send batch */

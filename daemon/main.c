@@ -69,6 +69,12 @@ static void on_requests(void *arg, struct request *list)
     mode_submit(d->mode, list);
 }
 
+static void on_ended(void *arg)
+{
+    struct daemon *d = arg;
+    mode_cancelled(d->mode);
+}
+
 static void reply(void *arg, struct request *req)
 {
     struct daemon *d = arg;
@@ -179,6 +185,7 @@ static void stop(struct daemon *d, int signum)
     d->stopping = true;
     log_info("stopping", "signal=%s", signum == SIGTERM ? "TERM" : "INT");
     frontend_shutdown(d->frontend);
+    mode_drain(d->mode);
 }
 
 static void on_signals(uv_poll_t *h, int status, int events)
@@ -321,7 +328,7 @@ int main(int argc, char **argv)
     log_route_grpc();
     grpc_init();
     struct frontend_callbacks cb = {on_arrived, on_requests,
-                                    on_frontend_stopped, &d};
+                                    on_frontend_stopped, on_ended, &d};
     struct frontend_options fo = {
         .listen = cfg.listen,
         .nlisten = cfg.nlisten,

@@ -26,6 +26,7 @@ static const char *const method_names[MM_COUNT] = {
     [MM_ACQUIRE] = "Acquire",
     [MM_RENEW] = "Renew",
     [MM_RELEASE] = "Release",
+    [MM_WAIT] = "leased.v1.Leases/Wait",
     [MM_HEALTH_CHECK] = "grpc.health.v1.Health/Check",
     [MM_HEALTH_WATCH] = "grpc.health.v1.Health/Watch",
     [MM_ADMIN] = "leased.admin.v1.Admin",
@@ -81,6 +82,7 @@ enum metric_method metrics_method(enum request_op op)
         [OP_ACQUIRE] = MM_ACQUIRE,
         [OP_RENEW] = MM_RENEW,
         [OP_RELEASE] = MM_RELEASE,
+        [OP_WAIT] = MM_WAIT,
     };
     return request_is_admin(op) ? MM_ADMIN : lease[op];
 }
@@ -209,6 +211,10 @@ char *metrics_render(size_t *len)
     gauge(f, "leased_queue_depth",
           "Lease calls handed to the loop and not yet answered.",
           (double)atomic_load(&metrics.queue_depth));
+    gauge(f, "leased_waiting_calls",
+          "Wait calls in line for a lease another holds (in "
+          "leased_queue_depth too).",
+          (double)atomic_load(&metrics.waiting_calls));
     gauge(f, "leased_storage_failing",
           "1 while storage fails (health NOT_SERVING).",
           atomic_load(&metrics.storage_failing) ? 1 : 0);

@@ -38,6 +38,19 @@ void mode_close(struct mode *m, void (*done)(void *arg), void *arg)
     m->ops->close(m);
 }
 
+void mode_cancelled(struct mode *m)
+{
+    if (m->ops->cancelled != NULL)
+        m->ops->cancelled(m);
+}
+
+void mode_drain(struct mode *m)
+{
+    m->draining = true;
+    if (m->ops->drain != NULL)
+        m->ops->drain(m);
+}
+
 const char *mode_where(const struct mode *m)
 {
     return m->where;
@@ -67,6 +80,9 @@ void mode_init(struct mode *m, const struct mode_ops *ops, uv_loop_t *loop,
     siphash_random_key(&m->order_key);
     uv_timer_init(loop, &m->timer);
     m->timer.data = m;
+    uv_timer_init(loop, &m->wake);
+    m->wake.data = m;
+    m->timers_open = 2;
 }
 
 static void on_tick(uv_timer_t *t)
@@ -82,9 +98,24 @@ void mode_start_timer(struct mode *m, uint64_t every_ms,
     uv_timer_start(&m->timer, on_tick, every_ms, every_ms);
 }
 
+static void on_wake(uv_timer_t *t)
+{
+    struct mode *m = t->data;
+    m->on_wake(m);
+}
+
+void mode_wake_after(struct mode *m, uint64_t after_ms,
+                     void (*fn)(struct mode *m))
+{
+    m->on_wake = fn;
+    uv_timer_start(&m->wake, on_wake, after_ms, 0);
+}
+
 static void on_timer_closed(uv_handle_t *h)
 {
     struct mode *m = h->data;
+    if (--m->timers_open > 0)
+        return;
     void (*done)(void *) = m->done;
     void *arg = m->done_arg;
     m->ops->destroy(m);
@@ -98,6 +129,8 @@ void mode_closed(struct mode *m)
         return;
     uv_timer_stop(&m->timer);
     uv_close((uv_handle_t *)&m->timer, on_timer_closed);
+    uv_timer_stop(&m->wake);
+    uv_close((uv_handle_t *)&m->wake, on_timer_closed);
 }
 
 void mode_push(struct mode_queue *q, struct request *r)
@@ -162,6 +195,14 @@ void mode_set_failing(struct mode *m, bool failing)
     atomic_store(&metrics.storage_failing, failing);
     if (m->hooks.storage != NULL)
         m->hooks.storage(m->hooks.arg, !failing);
+}
+
+void mode_ended(struct request *req)
+{
+    req->status = REPLY_CANCELLED;
+    req->needs_sync = false;
+    snprintf(req->reason, sizeof(req->reason),
+             "the call ended while it waited");
 }
 
 void mode_refuse(struct request *req, const char *why)

@@ -78,8 +78,12 @@ struct mode_ops {
     /* mode_close() was called: stop what is due, and call
      * mode_closed() once nothing is in flight (maybe at once). */
     void (*close)(struct mode *m);
-    /* Frees the mode's own parts (its timer is closed). */
+    /* Frees the mode's own parts (its timers are closed). */
     void (*destroy)(struct mode *m);
+    /* NULL, or: Waits it has ended (mode_cancelled()). */
+    void (*cancelled)(struct mode *m);
+    /* NULL, or: leased is draining (mode_drain()). */
+    void (*drain)(struct mode *m);
 };
 
 extern const struct mode_ops mode_embedded;
@@ -127,6 +131,16 @@ void mode_submit(struct mode *m, struct request *list);
  * the mode, then calls done(arg). No request may be submitted after. */
 void mode_close(struct mode *m, void (*done)(void *arg), void *arg);
 
+/* On the loop: the calls of some Waits the mode has ended (the request's
+ * `ended` is set): those waiting in line leave it at once, answered
+ * CANCELLED, and are never granted. */
+void mode_cancelled(struct mode *m);
+
+/* On the loop, as leased begins to drain: every Wait in line is
+ * answered UNAVAILABLE "draining" (its caller may wait at another
+ * replica), and a Wait decided from now on is answered at once. */
+void mode_drain(struct mode *m);
+
 /* Where the mode keeps the leases, for the `started` line: the data
  * directory, or "-". */
 const char *mode_where(const struct mode *m);
@@ -160,6 +174,10 @@ struct mode {
     uint32_t order[MODE_ORDER_SLOTS];
     uv_timer_t timer; /* the mode's tick, started by mode_start_timer() */
     void (*tick)(struct mode *m);
+    uv_timer_t wake; /* a one-off wake-up, mode_wake_after() */
+    void (*on_wake)(struct mode *m);
+    int timers_open;
+    bool draining; /* mode_drain() was called */
     bool closing;
     void (*done)(void *arg);
     void *done_arg;
@@ -178,7 +196,12 @@ void mode_init(struct mode *m, const struct mode_ops *ops, uv_loop_t *loop,
 void mode_start_timer(struct mode *m, uint64_t every_ms,
                       void (*on_tick)(struct mode *m));
 
-/* Nothing is in flight any more while closing: closes the timer, then
+/* Calls fn(m) once, after_ms from now, instead of any wake-up set
+ * before. */
+void mode_wake_after(struct mode *m, uint64_t after_ms,
+                     void (*fn)(struct mode *m));
+
+/* Nothing is in flight any more while closing: closes the timers, then
  * destroys the mode and calls the done callback. Once. */
 void mode_closed(struct mode *m);
 
@@ -192,6 +215,9 @@ void mode_answer_list(struct mode *m, struct request *list);
 /* Storage failing or working: the gauge and the storage hook, when it
  * changes. */
 void mode_set_failing(struct mode *m, bool failing);
+
+/* req, a Wait whose call ended (its `ended`), gets CANCELLED. */
+void mode_ended(struct request *req);
 
 /* req gets UNAVAILABLE, why its reason. */
 void mode_refuse(struct request *req, const char *why);

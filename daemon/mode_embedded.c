@@ -108,6 +108,7 @@
 #include "rules.h"
 #include "sm.h"
 #include "store.h"
+#include "waiters.h"
 
 #define MAX_BATCH 4096
 #define GC_MAX 1024
@@ -177,6 +178,12 @@ struct embedded {
     int list_err;
     uv_work_t list_work;
 
+    /* Waits refused because another holds the lease, in their session's
+     * line (see Waits below), and when the wake-up is set for: the
+     * earliest a lease waited for may end (the engine's clock; 0: none). */
+    struct waiters *waiters;
+    int64_t wake_due_ns;
+
     /* The longest TTL whose leases may still be live: longer than ttl_ns
      * after a restart that shortened the TTL, until the quarantine ends.
      * Kept in the store, so that a crash meanwhile still knows it. */
@@ -237,6 +244,7 @@ static enum engine_result engine_decide(struct embedded *s, int64_t now_ns,
 {
     switch (req->op) {
     case OP_ACQUIRE:
+    case OP_WAIT:
         return engine_acquire(s->engine, now_ns, req->session,
                               req->session_len, req->owner, req->owner_len,
                               grant, chg);
@@ -342,6 +350,8 @@ static void commit_outcome(struct embedded *s, bool ok, bool durable)
     mode_set_failing(&s->base, false);
 }
 
+static void answer(struct embedded *s, struct request *list);
+
 /* Answers the requests of list (linked by ->next) that need no sync, and
  * queues the others, in order, for a sync covering commit seq. */
 static void answer_or_wait(struct embedded *s, struct request *list,
@@ -357,7 +367,7 @@ static void answer_or_wait(struct embedded *s, struct request *list,
             mode_push(&now, r);
         }
     }
-    mode_answer_list(&s->base, now.head);
+    answer(s, now.head);
 }
 
 /* Makes every commit so far durable, on a worker: sync_errno, sync_ns
@@ -464,7 +474,7 @@ static bool sync_outcome(struct embedded *s, bool cancelled, uint64_t covers)
     while (s->waiting.head != NULL &&
            s->waiting.head->commit_seq <= covers)
         mode_push(&done, mode_pop(&s->waiting));
-    mode_answer_list(&s->base, done.head);
+    answer(s, done.head);
     return true;
 }
 
@@ -475,6 +485,8 @@ static void sync_ended(struct embedded *s, int status)
     maybe_sync(s);
     if (s->base.closing)
         maybe_finish_close(s);
+    else
+        process(s); /* Waits that found their lease ended meanwhile */
 }
 
 static void sync_done(uv_work_t *w, int status)
@@ -716,6 +728,193 @@ static void take_admin(struct embedded *s)
     maybe_list(s);
 }
 
+/* --- Waits (leased.v1.Leases/Wait) ------------------------------------ */
+
+/* Whether a call of op may take a lease that ended: an Acquire or a
+ * Wait. */
+static bool takes_ended_lease(enum request_op op)
+{
+    return op == OP_ACQUIRE || op == OP_WAIT;
+}
+
+/* When the lease of the session may end at the earliest, as now_ns
+ * sees it: its expiry, or the end of the restart quarantine that keeps
+ * it live past it. */
+static int64_t lease_end(const struct embedded *s, const char *session,
+                         size_t len, int64_t now_ns)
+{
+    struct lease_row row;
+    if (!engine_get(s->engine, session, len, &row) || row.owner_len == 0)
+        return now_ns;
+    return row.expiry_ns > now_ns ? row.expiry_ns
+                                  : engine_quarantine_end(s->engine);
+}
+
+static void on_wake(struct mode *m);
+
+/* Sets the wake-up for due_ns (the engine's clock) unless one is set
+ * for earlier. */
+static void wake_at(struct embedded *s, int64_t due_ns, int64_t now_ns)
+{
+    if (s->wake_due_ns != 0 && s->wake_due_ns <= due_ns)
+        return;
+    s->wake_due_ns = due_ns;
+    int64_t ms = due_ns > now_ns ? (due_ns - now_ns + 999999) / 1000000 : 0;
+    mode_wake_after(&s->base, (uint64_t)ms, on_wake);
+}
+
+/* Puts list (linked, tail last) back at the front of pending, each
+ * counted again as a call of its session still to decide. */
+static void repend(struct embedded *s, struct mode_queue *front)
+{
+    for (struct request *r = front->head; r != NULL; r = r->next)
+        s->base.order[r->order_slot]++;
+    mode_push_front(&s->pending, front);
+}
+
+/* If the lease of the session ended and a Wait is in its line, the first
+ * whose call has not ended goes back to the front of pending, to be
+ * decided next, followed by behind when not NULL (the call about to be
+ * decided, which then waits its turn). Those whose calls ended are
+ * answered on the way. Returns whether one was woken. */
+static bool wake_first(struct embedded *s, int64_t now_ns, const char *session,
+                       size_t len, struct request *behind)
+{
+    if (waiters_count(s->waiters) == 0 ||
+        engine_live(s->engine, session, len, now_ns))
+        return false;
+    struct mode_queue ended = {NULL, NULL}, front = {NULL, NULL};
+    struct request *w;
+    while ((w = waiters_pop(s->waiters, session, len)) != NULL &&
+           atomic_load(&w->ended)) {
+        mode_ended(w);
+        mode_push(&ended, w);
+    }
+    if (w != NULL) {
+        w->woken = true;
+        mode_push(&front, w);
+        if (behind != NULL)
+            mode_push(&front, behind);
+        repend(s, &front);
+    }
+    mode_answer_list(&s->base, ended.head); /* session may be theirs */
+    return w != NULL;
+}
+
+/* A Wait refused because another holds its lease joins its session's
+ * line, unanswered: returns true. Returns false when it is to be
+ * answered now (set): its call ended, leased drains, or out of memory.
+ * The wake-up is set for the lease's end, which may be now: the lease
+ * may have ended since the Wait was decided (its answer waited for a
+ * sync), when no one was in line to be woken. */
+static bool join_line(struct embedded *s, struct request *r)
+{
+    int64_t now_ns = clock_now_ns(&s->clock);
+    if (atomic_load(&r->ended)) {
+        mode_ended(r);
+        return false;
+    }
+    if (s->base.draining) {
+        mode_refuse(r, "draining");
+        return false;
+    }
+    if (waiters_add(s->waiters, r) != 0) {
+        mode_refuse(r, "out of memory");
+        return false;
+    }
+    wake_at(s, lease_end(s, r->session, r->session_len, now_ns), now_ns);
+    return true;
+}
+
+/* Shows how many Waits are in line (leased_waiting_calls). */
+static void count_waiting(const struct embedded *s)
+{
+    atomic_store(&metrics.waiting_calls, (int64_t)waiters_count(s->waiters));
+}
+
+/* Answers the requests of list (linked by ->next), but a Wait refused
+ * because another holds the lease: it joins the line (join_line()). */
+static void answer(struct embedded *s, struct request *list)
+{
+    struct mode_queue out = {NULL, NULL};
+    for (struct request *r = list, *next; r != NULL; r = next) {
+        next = r->next;
+        if (r->op != OP_WAIT || r->status != REPLY_HELD || !join_line(s, r))
+            mode_push(&out, r);
+    }
+    count_waiting(s);
+    mode_answer_list(&s->base, out.head);
+}
+
+struct wake_scan {
+    const struct embedded *s;
+    int64_t now_ns, due_ns; /* the next wake-up, 0 for none */
+};
+
+/* Whether the lease of first's session ended; if not, when it may. */
+static bool lease_ended(void *arg, const struct request *first)
+{
+    struct wake_scan *w = arg;
+    if (!engine_live(w->s->engine, first->session, first->session_len,
+                     w->now_ns))
+        return true;
+    int64_t due =
+        lease_end(w->s, first->session, first->session_len, w->now_ns);
+    if (w->due_ns == 0 || due < w->due_ns)
+        w->due_ns = due;
+    return false;
+}
+
+/* The wake-up: the first in each line whose lease expired is decided
+ * (a Wait whose call ended then wakes the next: process()). A renewal
+ * on the short path moves an expiry on without the loop; the wake-up
+ * then finds the lease live and is set again for its new expiry. */
+static void on_wake(struct mode *m)
+{
+    struct embedded *s = (struct embedded *)m;
+    pthread_mutex_lock(&s->lock);
+    s->wake_due_ns = 0;
+    struct wake_scan scan = {s, clock_now_ns(&s->clock), 0};
+    struct mode_queue front = {NULL, NULL};
+    struct request *woken = waiters_take_firsts(s->waiters, lease_ended, &scan);
+    for (struct request *w = woken, *next; w != NULL; w = next) {
+        next = w->next;
+        w->woken = true;
+        mode_push(&front, w);
+    }
+    if (front.head != NULL)
+        repend(s, &front);
+    if (scan.due_ns != 0)
+        wake_at(s, scan.due_ns, scan.now_ns);
+    if (!s->base.closing)
+        process(s);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void embedded_cancelled(struct mode *m)
+{
+    struct embedded *s = (struct embedded *)m;
+    pthread_mutex_lock(&s->lock);
+    struct request *list = waiters_take_ended(s->waiters, false);
+    for (struct request *r = list; r != NULL; r = r->next)
+        mode_ended(r);
+    count_waiting(s);
+    mode_answer_list(&s->base, list);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void embedded_drain(struct mode *m)
+{
+    struct embedded *s = (struct embedded *)m;
+    pthread_mutex_lock(&s->lock);
+    struct request *list = waiters_take_ended(s->waiters, true);
+    for (struct request *r = list; r != NULL; r = r->next)
+        mode_refuse(r, "draining");
+    count_waiting(s);
+    mode_answer_list(&s->base, list);
+    pthread_mutex_unlock(&s->lock);
+}
+
 /* Decides everything pending, batch by batch, until a commit is in
  * flight or nothing is left. */
 static void process(struct embedded *s)
@@ -750,9 +949,26 @@ static void process(struct embedded *s)
             struct request *r = mode_pop(&s->pending);
             assert(s->base.order[r->order_slot] > 0);
             s->base.order[r->order_slot]--;
+            if (r->op == OP_WAIT && atomic_load(&r->ended)) {
+                if (r->woken) /* the next in line, then */
+                    wake_first(s, now_ns, r->session, r->session_len, NULL);
+                mode_ended(r);
+                mode_push(&now, r);
+                continue;
+            }
+            /* A lease that ended goes to the first in line, and any
+             * Acquire or Wait of it waits its turn behind. */
+            if (!r->woken && takes_ended_lease(r->op) &&
+                wake_first(s, now_ns, r->session, r->session_len, r)) {
+                n--;
+                continue;
+            }
+            r->woken = false;
             mode_push(decide(s, now_ns, r, &s->chgs[s->nchgs]) ? &batch
                                                                 : &now,
                       r);
+            if (!takes_ended_lease(r->op)) /* a release, a revoke: */
+                wake_first(s, now_ns, r->session, r->session_len, NULL);
         }
         if (s->nchgs > 0) {
             s->batch = batch.head;
@@ -769,6 +985,7 @@ static void process(struct embedded *s)
         answer_or_wait(s, now.head, s->committed_seq);
         maybe_sync(s);
     }
+    count_waiting(s);
 #ifdef LEASED_CHECKS
     if (committing(s))
         engine_check(s->engine); /* this batch's changes are unfinished */
@@ -897,6 +1114,7 @@ static void embedded_destroy(struct mode *m)
         return;
     store_close(s->store);
     engine_destroy(s->engine);
+    waiters_destroy(s->waiters);
     free(s->chgs);
     if (s->lock_fd >= 0)
         close(s->lock_fd);
@@ -910,7 +1128,7 @@ static void maybe_finish_close(struct embedded *s)
     if (committing(s) || s->syncing || s->waiting.head != NULL ||
         s->listing)
         return;
-    assert(s->pending.head == NULL);
+    assert(s->pending.head == NULL && waiters_count(s->waiters) == 0);
     mode_closed(&s->base);
 }
 
@@ -1010,7 +1228,8 @@ struct mode *mode_embedded_create(uv_loop_t *loop, struct store *store,
     s->list_work.data = s;
     clock_init(&s->clock);
     s->chgs = calloc(MAX_BATCH + GC_MAX, sizeof(*s->chgs));
-    if (s->chgs == NULL) {
+    s->waiters = waiters_create();
+    if (s->chgs == NULL || s->waiters == NULL) {
         snprintf(errmsg, len, "out of memory");
         embedded_destroy(&s->base);
         return NULL;
@@ -1072,7 +1291,8 @@ static int embedded_open(uv_loop_t *loop, const struct config *cfg,
     return 0;
 }
 
-/* The table (mode.h): name, open, arrive, submit, close, destroy. */
-const struct mode_ops mode_embedded = {"sqlite",        embedded_open,
-                                       embedded_arrive, embedded_submit,
-                                       embedded_close,  embedded_destroy};
+/* The table (mode.h): name, open, arrive, submit, close, destroy,
+ * cancelled, drain. */
+const struct mode_ops mode_embedded = {
+    "sqlite",       embedded_open,    embedded_arrive,    embedded_submit,
+    embedded_close, embedded_destroy, embedded_cancelled, embedded_drain};

@@ -876,7 +876,13 @@ static void shared_submit(struct mode *m, struct request *list)
     struct replica *r = (struct replica *)m;
     for (struct request *req = list, *next; req != NULL; req = next) {
         next = req->next;
-        if (request_is_admin(req->op)) {
+        if (req->op == OP_WAIT) {
+            req->status = REPLY_UNIMPLEMENTED;
+            snprintf(req->reason, sizeof(req->reason),
+                     "Wait is not served over PostgreSQL yet");
+            req->next = NULL;
+            mode_answer(&r->base, req);
+        } else if (request_is_admin(req->op)) {
             mode_push(&r->admins, req);
         } else {
             mode_order_slot(&r->base, req);
@@ -1021,7 +1027,7 @@ static int shared_open(uv_loop_t *loop, const struct config *cfg,
 }
 
 /* The table (mode.h): name, open, arrive (none: the database decides
- * every call), submit, close, destroy. */
-const struct mode_ops mode_shared = {"postgres",   shared_open,
-                                     NULL,         shared_submit,
-                                     shared_close, shared_destroy};
+ * every call), submit, close, destroy; no Waits (cancelled, drain). */
+const struct mode_ops mode_shared = {
+    "postgres",   shared_open,    NULL, shared_submit,
+    shared_close, shared_destroy, NULL, NULL};

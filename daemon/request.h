@@ -7,6 +7,7 @@
 #ifndef LEASED_REQUEST_H
 #define LEASED_REQUEST_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,6 +20,8 @@ enum request_op {
     OP_ACQUIRE,
     OP_RENEW,
     OP_RELEASE,
+    /* leased.v1.Leases: an Acquire that waits in line (mode.h). */
+    OP_WAIT,
     /* leased.admin.v1.Admin (request_is_admin()). */
     OP_GET,
     OP_LIST,
@@ -29,7 +32,7 @@ enum request_op {
 
 /* Whether op is a leased.admin.v1.Admin call, made with the admin tokens
  * when there are any. Otherwise it is a lease call (Acquire, Renew,
- * Release). */
+ * Release, Wait). */
 static inline bool request_is_admin(enum request_op op)
 {
     return op >= OP_GET;
@@ -45,13 +48,15 @@ static inline bool request_is_read(enum request_op op)
 /* The outcome, mapped to a gRPC status in one place (frontend.c). */
 enum reply_status {
     REPLY_OK,
-    REPLY_HELD,        /* FAILED_PRECONDITION */
-    REPLY_INVALID,     /* INVALID_ARGUMENT */
-    REPLY_UNAVAILABLE, /* UNAVAILABLE */
-    REPLY_EXHAUSTED,   /* RESOURCE_EXHAUSTED */
-    REPLY_INTERNAL,    /* INTERNAL */
-    REPLY_NOT_FOUND,   /* NOT_FOUND (admin Get) */
-    REPLY_DENIED,      /* PERMISSION_DENIED (policy.h) */
+    REPLY_HELD,          /* FAILED_PRECONDITION */
+    REPLY_INVALID,       /* INVALID_ARGUMENT */
+    REPLY_UNAVAILABLE,   /* UNAVAILABLE */
+    REPLY_EXHAUSTED,     /* RESOURCE_EXHAUSTED */
+    REPLY_INTERNAL,      /* INTERNAL */
+    REPLY_NOT_FOUND,     /* NOT_FOUND (admin Get) */
+    REPLY_DENIED,        /* PERMISSION_DENIED (policy.h) */
+    REPLY_CANCELLED,     /* CANCELLED: a Wait whose call ended meanwhile */
+    REPLY_UNIMPLEMENTED, /* UNIMPLEMENTED: a call the mode does not serve */
 };
 
 /* What an OK answer of a lease call changed, for the audit (audit.h). */
@@ -113,12 +118,17 @@ struct request {
     /* The loop's, for a lease call it queues: its session's counter of
      * the calls ahead (mode.h), hashed once. */
     uint32_t order_slot;
+    bool woken;       /* the loop's: a Wait taken from its line, decided next */
     char reason[128]; /* status_details when not OK; may be empty */
     uint64_t grant_token;
     enum request_change change;
     int64_t grant_expiry_ns;
     int64_t grant_ttl_ns; /* an OK Acquire or Renew: the lease's TTL */
     struct admin_result *admin; /* admin calls */
+    /* A Wait's call ended (cancelled, its deadline passed, its connection
+     * dropped) while the loop has it: set by the front end's thread,
+     * which then tells the mode (mode_cancelled()). */
+    atomic_bool ended;
 };
 
 /* Frees an admin answer (admin.h makes them). Accepts NULL. */

@@ -2,8 +2,8 @@
  * Fuzz target: the request decoder (daemon/codec.h), every method.
  *
  * The first byte picks the decoder, the rest is the protobuf body:
- * byte % 9 is an enum request_op (OP_ACQUIRE..OP_SNAPSHOT) for
- * codec_decode(), or 8 for codec_decode_health(), whose service buffer
+ * byte % 10 is an enum request_op (OP_ACQUIRE..OP_SNAPSHOT) for
+ * codec_decode(), or 9 for codec_decode_health(), whose service buffer
  * is then 1..256 bytes (the next byte) and whose body follows it.
  *
  * Whatever the bytes, nothing may crash or leak, and every outcome must
@@ -137,6 +137,7 @@ static void fuzz_decode(enum request_op op, const uint8_t *data, size_t size)
     case OP_ACQUIRE:
     case OP_RENEW:
     case OP_RELEASE:
+    case OP_WAIT: /* an AcquireRequest's fields */
         REQUIRE(string_ok(req.session, req.session_len, ENGINE_SESSION_MAX));
         REQUIRE(string_ok(req.owner, req.owner_len, ENGINE_OWNER_MAX));
         if (op != OP_RELEASE)

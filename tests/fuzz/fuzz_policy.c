@@ -20,9 +20,10 @@
  *    last byte, "" and one no rule names) and probe strings (the first
  *    prefixes of the file, each as it is, with "-x" appended and less its
  *    last byte, and a few fixed ones), every call (Acquire, Renew,
- *    Release with each probe as session and each as owner; Get,
+ *    Release and Wait with each probe as session and each as owner; Get,
  *    List, Stats, Revoke and Snapshot with each as session) is allowed
- *    exactly when the reference's rules allow it, and a denial says REPLY_DENIED with a reason;
+ *    exactly when the reference's rules allow it, and a denial says
+ * REPLY_DENIED with a reason;
  *  - a List is handed the caller's rule (req.list_rule) exactly when its
  *    prefix lies within none of the caller's; then policy_visible()
  *    agrees with the reference on every probe, and a narrowed prefix is
@@ -342,8 +343,8 @@ static void call(struct run *run, const struct mrule *r,
     policy_release(req.list_rule);
 }
 
-static const enum request_op lease_ops[] = {OP_ACQUIRE, OP_RENEW,
-                                            OP_RELEASE};
+static const enum request_op lease_ops[] = {OP_ACQUIRE, OP_RENEW, OP_RELEASE,
+                                            OP_WAIT};
 #define LEASE_OPS (sizeof(lease_ops) / sizeof(lease_ops[0]))
 
 static void check_caller(struct run *run,

@@ -37,6 +37,7 @@ PROTO = os.path.join(ROOT, "proto")
 SERVICE = "/mecatl.driver.v1.SessionLeaseService/"
 HEALTH = "/grpc.health.v1.Health/"
 ADMIN = "/leased.admin.v1.Admin/"
+LEASES = "/leased.v1.Leases/"
 
 
 def _generate():
@@ -45,7 +46,8 @@ def _generate():
     subprocess.run(
         ["protoc", "-I", PROTO, "-I", "/usr/include", "--python_out=" + out,
          "mecatl/driver/v1/session_lease.proto",
-         "grpc/health/v1/health.proto", "leased/admin/v1/admin.proto"],
+         "grpc/health/v1/health.proto", "leased/admin/v1/admin.proto",
+         "leased/v1/leases.proto"],
         check=True)
     sys.path.insert(0, out)
     from mecatl.driver.v1 import session_lease_pb2
@@ -60,10 +62,11 @@ def _generate():
         return module
     health_pb2 = load("health_pb2", "grpc/health/v1/health_pb2.py")
     admin_pb2 = load("admin_pb2", "leased/admin/v1/admin_pb2.py")
-    return session_lease_pb2, health_pb2, admin_pb2
+    leases_pb2 = load("leases_pb2", "leased/v1/leases_pb2.py")
+    return session_lease_pb2, health_pb2, admin_pb2, leases_pb2
 
 
-pb, health_pb, admin_pb = _generate()
+pb, health_pb, admin_pb, leases_pb = _generate()
 
 
 # What the sanitizers print when they find a bug (tests/run.sh builds
@@ -385,6 +388,16 @@ class Client:
     def release(self, lease):
         self._release(pb.ReleaseRequest(lease=lease), timeout=self.timeout,
                       metadata=self.metadata)
+
+    def wait(self, session, owner, timeout=None):
+        """leased.v1.Leases/Wait, started: a grpc.Future of its Lease
+        (cancel() ends the call; result() raises its error)."""
+        call = self.channel.unary_unary(
+            LEASES + "Wait", leases_pb.WaitRequest.SerializeToString,
+            leases_pb.WaitResponse.FromString)
+        return call.future(
+            leases_pb.WaitRequest(session_id=session, owner=owner),
+            timeout=timeout or self.timeout, metadata=self.metadata)
 
     def health(self, service=""):
         """grpc.health.v1 Check: the ServingStatus name ("SERVING", ...)."""

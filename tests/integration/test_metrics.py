@@ -43,7 +43,8 @@ def test_every_metric_is_exposed():
                      "leased_commit_batch_changes_bucket",
                      "leased_commit_duration_seconds_sum",
                      "leased_fsync_duration_seconds_count",
-                     "leased_queue_depth", "leased_storage_failing",
+                     "leased_queue_depth", "leased_waiting_calls",
+                     "leased_storage_failing",
                      "leased_clock_steps_total", "leased_start_time_seconds",
                      "leased_build_info"]:
             assert want in names, (want, sorted(names))

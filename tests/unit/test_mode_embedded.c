@@ -58,7 +58,7 @@ static void on_reply(void *arg, struct request *r)
     CHECK(!answered(r));
     if (hh->nreplied < MAX_REPLIES)
         hh->replied[hh->nreplied++] = r;
-    if ((r->op == OP_ACQUIRE || r->op == OP_RENEW) &&
+    if ((r->op == OP_ACQUIRE || r->op == OP_RENEW || r->op == OP_WAIT) &&
         r->status == REPLY_OK) {
         /* Never OK before the takeover it stands on (owner and token) is
          * on disk. Its expiry need not be: renewals are never written. */
@@ -933,6 +933,158 @@ TEST(quarantine_ttl_sync_failure_is_fatal)
     end_case();
 }
 
+/* --- Waits (leased.v1.Leases/Wait) ------------------------------------ */
+
+static void wait_req(struct request *r, const char *session, const char *owner)
+{
+    lease_req(r, OP_WAIT, session, owner, 0);
+}
+
+static void release_req(struct request *r, const char *session,
+                        const char *owner, uint64_t token)
+{
+    lease_req(r, OP_RELEASE, session, owner, token);
+}
+
+/* Waits for a held lease line up, unanswered, and are granted in the
+ * order they came, one as each holder lets go (a release, an operator's
+ * revoke): a takeover with the next token, in the same commit as the
+ * release and answered once synced (on_reply checks). An Acquire decided
+ * with the release does not jump the line; one meanwhile is refused; a
+ * Wait of the holder itself, or of a free session, is answered as an
+ * Acquire is. */
+TEST(waits_are_granted_first_come_first_served)
+{
+    begin_case();
+    start(LONG_TTL_NS);
+    struct request a, w1, w2, w3, x, own, rel1, x2, rv, rel2, fw;
+    acquired(&a, "s1", "alice");
+    wait_req(&w1, "s1", "bob");
+    wait_req(&w2, "s1", "carol");
+    wait_req(&w3, "s1", "dave");
+    acquire(&x, "s1", "erin");
+    wait_req(&own, "s1", "alice");
+    SUBMIT(&w1, &w2, &w3, &x, &own);
+    RUN_UNTIL(answered(&x) && answered(&own));
+    commit_ended();
+    CHECK_EQ_I64(x.status, REPLY_HELD);
+    CHECK_EQ_I64(own.status, REPLY_OK);
+    CHECK_EQ_U64(own.grant_token, a.grant_token);
+    CHECK(!answered(&w1) && !answered(&w2) && !answered(&w3));
+    release_req(&rel1, "s1", "alice", a.grant_token);
+    acquire(&x2, "s1", "erin");
+    SUBMIT(&rel1, &x2);
+    RUN_UNTIL(answered(&rel1) && answered(&w1) && answered(&x2));
+    CHECK_EQ_I64(rel1.status, REPLY_OK);
+    CHECK_EQ_I64(w1.status, REPLY_OK);
+    CHECK_EQ_I64(w1.change, CHANGE_TAKEOVER);
+    CHECK_EQ_U64(w1.grant_token, a.grant_token + 1);
+    CHECK_EQ_I64(x2.status, REPLY_HELD);
+    CHECK_EQ_U64(fake_returned(h->fake, FAKE_APPLY), 2); /* one commit */
+    commit_ended();
+    CHECK(!answered(&w2) && !answered(&w3));
+    revoke_req(&rv, "s1", 0);
+    SUBMIT(&rv);
+    RUN_UNTIL(answered(&rv) && answered(&w2));
+    CHECK_EQ_I64(rv.status, REPLY_OK);
+    CHECK_EQ_I64(w2.status, REPLY_OK);
+    CHECK_EQ_U64(w2.grant_token, w1.grant_token + 1);
+    commit_ended();
+    CHECK(!answered(&w3));
+    release_req(&rel2, "s1", "carol", w2.grant_token);
+    wait_req(&fw, "s2", "frank");
+    SUBMIT(&rel2, &fw);
+    RUN_UNTIL(answered(&rel2) && answered(&w3) && answered(&fw));
+    CHECK_EQ_I64(w3.status, REPLY_OK);
+    CHECK_EQ_U64(w3.grant_token, w2.grant_token + 1);
+    CHECK_EQ_I64(fw.status, REPLY_OK);
+    CHECK_EQ_U64(fw.grant_token, 1);
+    admin_result_free(rv.admin);
+    rv.admin = NULL;
+    end_case();
+}
+
+/* A lease that expires goes to the first Wait in line on the mode's own
+ * wake-up, with no call to prompt it. A Wait whose call ended leaves the
+ * line, answered CANCELLED: at once when the front end says so
+ * (mode_cancelled()), else when its turn comes; either way it is never
+ * granted, and the next one is. */
+TEST(an_expiry_grants_the_first_wait_whose_call_did_not_end)
+{
+    begin_case();
+    start(300 * MS);
+    struct request a, w1, w2, w3;
+    acquired(&a, "s1", "alice");
+    wait_req(&w1, "s1", "bob");
+    wait_req(&w2, "s1", "carol");
+    wait_req(&w3, "s1", "dave");
+    SUBMIT(&w1, &w2, &w3);
+    commit_ended();
+    CHECK(!answered(&w1) && !answered(&w2) && !answered(&w3));
+    atomic_store(&w1.ended, true);
+    mode_cancelled(h->srv);
+    CHECK(answered(&w1));
+    CHECK_EQ_I64(w1.status, REPLY_CANCELLED);
+    atomic_store(&w2.ended, true); /* not said: found at its turn */
+    RUN_UNTIL(answered(&w2) && answered(&w3));
+    CHECK_EQ_I64(w2.status, REPLY_CANCELLED);
+    CHECK_EQ_I64(w3.status, REPLY_OK);
+    CHECK_EQ_U64(w3.grant_token, a.grant_token + 1);
+    /* Decided at alice's expiry or after it. */
+    CHECK(w3.grant_expiry_ns - 300 * MS >= a.grant_expiry_ns);
+    REPLIED_IN_ORDER(&a, &w1, &w2, &w3);
+    end_case();
+}
+
+/* A Wait refused while the takeover it saw waits for its sync joins the
+ * line only then; the lease released meanwhile, when no one was in line
+ * to be woken, it is granted all the same. */
+TEST(a_wait_whose_lease_ended_before_it_joined_the_line_is_granted)
+{
+    begin_case();
+    start(LONG_TTL_NS);
+    struct request a, w, rel;
+    acquire(&a, "s1", "alice");
+    takeover_syncing_apart(&a);
+    wait_req(&w, "s1", "bob");
+    release_req(&rel, "s1", "alice", 1);
+    SUBMIT(&w);
+    SUBMIT(&rel);
+    RUN_UNTIL(fake_returned(h->fake, FAKE_APPLY) == 2);
+    CHECK(!answered(&a) && !answered(&w) && !answered(&rel));
+    fake_release(h->fake, FAKE_SYNC);
+    RUN_UNTIL(answered(&a) && answered(&rel) && answered(&w));
+    CHECK_EQ_I64(a.status, REPLY_OK);
+    CHECK_EQ_I64(rel.status, REPLY_OK);
+    CHECK_EQ_I64(w.status, REPLY_OK);
+    CHECK_EQ_U64(w.grant_token, 2);
+    end_case();
+}
+
+/* leased drains: the Waits in line are answered UNAVAILABLE "draining"
+ * at once (their callers may go to another replica), and a Wait decided
+ * after that does not join the line. */
+TEST(a_drain_answers_every_wait_in_line)
+{
+    begin_case();
+    start(LONG_TTL_NS);
+    struct request a, w1, w2;
+    acquired(&a, "s1", "alice");
+    wait_req(&w1, "s1", "bob");
+    SUBMIT(&w1);
+    commit_ended();
+    CHECK(!answered(&w1));
+    mode_drain(h->srv);
+    CHECK(answered(&w1));
+    CHECK_EQ_I64(w1.status, REPLY_UNAVAILABLE);
+    CHECK_STR(w1.reason, "draining");
+    wait_req(&w2, "s1", "carol");
+    SUBMIT(&w2);
+    RUN_UNTIL(answered(&w2));
+    CHECK_EQ_I64(w2.status, REPLY_UNAVAILABLE);
+    end_case();
+}
+
 CHECK_MAIN(takeover_answered_only_after_its_commit_and_sync,
            renewal_answered_at_once_and_never_written,
            acquire_of_a_live_lease_is_decided_as_it_arrives,
@@ -951,4 +1103,8 @@ CHECK_MAIN(takeover_answered_only_after_its_commit_and_sync,
            close_waits_for_the_commit_and_sync_in_flight,
            stats_count_the_leases_live_now,
            quarantine_ttl_lowered_on_the_worker,
-           quarantine_ttl_sync_failure_is_fatal)
+           quarantine_ttl_sync_failure_is_fatal,
+           waits_are_granted_first_come_first_served,
+           an_expiry_grants_the_first_wait_whose_call_did_not_end,
+           a_wait_whose_lease_ended_before_it_joined_the_line_is_granted,
+           a_drain_answers_every_wait_in_line)
