@@ -7,10 +7,12 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "client.h"
 #include "errmsg.h"
 #include "lease.h"
+#include "nanotime.h"
 #include "validate.h"
 
 struct lease_client {
@@ -119,6 +121,49 @@ int lease_acquire(struct lease_client *c, const char *session_id,
     return finish(c->backend->acquire(c->impl, session_id, owner, out,
                                       errmsg, sizeof(errmsg)),
                   errmsg);
+}
+
+#define WAIT_POLL_NS INT64_C(250000000) /* lease_wait without a Wait */
+
+/* Tries acquire until it is not held or deadline_ns passed, every
+ * WAIT_POLL_NS. */
+static int poll_acquire(struct lease_client *c, const char *session_id,
+                        const char *owner, int64_t deadline_ns,
+                        struct lease *out)
+{
+    for (;;) {
+        int err = lease_acquire(c, session_id, owner, out);
+        int64_t left = deadline_ns - nanotime_mono();
+        if (err != LEASE_EHELD || left <= 0)
+            return err;
+        int64_t nap = left < WAIT_POLL_NS ? left : WAIT_POLL_NS;
+        struct timespec ts = {nap / 1000000000, nap % 1000000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+int lease_wait(struct lease_client *c, const char *session_id,
+               const char *owner, int64_t deadline_ns, struct lease *out)
+{
+    int err = check("session_id", session_id, LEASE_SESSION_MAX);
+    if (err == LEASE_OK)
+        err = check("owner", owner, LEASE_OWNER_MAX);
+    if (err != LEASE_OK)
+        return err;
+    if (c->backend->wait == NULL)
+        return poll_acquire(c, session_id, owner, deadline_ns, out);
+    char errmsg[256] = "";
+    err = c->backend->wait(c->impl, session_id, owner, deadline_ns, out, errmsg,
+                           sizeof(errmsg));
+    if (err == LEASE_EUNSUPPORTED)
+        return poll_acquire(c, session_id, owner, deadline_ns, out);
+    /* The wait ended (or the service could not be reached) by the
+     * deadline: one acquire settles what holds now, a grant made as the
+     * call ended included. */
+    if ((err == LEASE_EDEADLINE || err == LEASE_EUNAVAILABLE) &&
+        nanotime_mono() >= deadline_ns)
+        return lease_acquire(c, session_id, owner, out);
+    return finish(err, errmsg);
 }
 
 /* lease_renew, cut short at deadline_ns when until and the backend can. */

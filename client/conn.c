@@ -304,6 +304,45 @@ grpc_status_code conn_call(struct conn *c, const char *path, int64_t end_ns,
     return GRPC_STATUS_UNAVAILABLE;
 }
 
+grpc_status_code conn_call_long(struct conn *c, const char *path,
+                                int64_t end_ns, const ProtobufCMessage *req,
+                                const ProtobufCMessageDescriptor *desc,
+                                ProtobufCMessage **resp, int64_t *ttl_ns,
+                                char *details, size_t details_len)
+{
+    int64_t end = end_ns == INT64_MAX ? INT64_MAX : end_ns / 1000000;
+    size_t first = atomic_load(&c->current);
+    const grpc_metadata *md = c->has_token ? &c->auth : NULL;
+    char why[256] = "";
+    for (int64_t round = nanotime_mono_ms();;) {
+        for (size_t k = 0; k < c->ntargets; k++) {
+            size_t t = (first + k) % c->ntargets;
+            int64_t now = nanotime_mono_ms();
+            gpr_timespec deadline = end == INT64_MAX
+                                        ? gpr_inf_future(GPR_CLOCK_MONOTONIC)
+                                        : deadline_in(end, end - now);
+            /* Not wait_for_ready: a target that refuses connections
+             * fails at once, and the next is tried. */
+            grpc_status_code status =
+                unary_call(c->channels[t], path, md, c->has_token, false, req,
+                           desc, deadline, resp, ttl_ns, details, details_len);
+            if (status != GRPC_STATUS_UNAVAILABLE) {
+                if (t != first)
+                    atomic_store(&c->current, t);
+                return status;
+            }
+            if (why[0] == '\0')
+                snprintf(why, sizeof(why), "%s", details);
+        }
+        if (nanotime_mono_ms() >= end)
+            break;
+        round = pause_until(
+            end - round > RETRY_PAUSE_MS ? round + RETRY_PAUSE_MS : end);
+    }
+    snprintf(details, details_len, "%s", why);
+    return GRPC_STATUS_UNAVAILABLE;
+}
+
 /* The reason in gRPC's text for a failed connection, without what it
  * says around it: "failed to connect to all addresses; last error:
  * UNKNOWN: ipv4:127.0.0.1:7443: Failed to connect to remote host:

@@ -75,4 +75,16 @@ grpc_status_code conn_call(struct conn *c, const char *path, int64_t end_ns,
                            ProtobufCMessage **resp, int64_t *ttl_ns,
                            char *details, size_t details_len);
 
+/* One unary call that may last until end_ns (CLOCK_MONOTONIC; INT64_MAX:
+ * no end), past the timeout: one the server answers when something
+ * happens (leased's Wait). A target that answers UNAVAILABLE (down,
+ * draining) hands over to the next; when all did, rounds at most ten a
+ * second until the end (then UNAVAILABLE with the first reason); as
+ * unary_call() otherwise (ttl_ns may be NULL). */
+grpc_status_code conn_call_long(struct conn *c, const char *path,
+                                int64_t end_ns, const ProtobufCMessage *req,
+                                const ProtobufCMessageDescriptor *desc,
+                                ProtobufCMessage **resp, int64_t *ttl_ns,
+                                char *details, size_t details_len);
+
 #endif

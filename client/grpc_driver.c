@@ -1,7 +1,9 @@
 /*
  * The gRPC driver (see lease.h, lease_grpc_open): the three lease calls as
- * unary calls of mecatl.driver.v1.SessionLeaseService, with gRPC C core
- * and protobuf-c. Each call has its own completion queue, so one client
+ * unary calls of mecatl.driver.v1.SessionLeaseService, and lease_wait as
+ * leased's own leased.v1.Leases/Wait (a server without it answers
+ * UNIMPLEMENTED, and client.c polls instead), with gRPC C core and
+ * protobuf-c. Each call has its own completion queue, so one client
  * serves any number of threads at once. Targets, TLS, token and failover
  * are conn.c's.
  */
@@ -13,10 +15,11 @@
 #include "client.h"
 #include "conn.h"
 #include "lease.h"
+#include "leased/v1/leases.pb-c.h"
 #include "mecatl/driver/v1/session_lease.pb-c.h"
 #include "status.h"
 
-enum method { M_ACQUIRE, M_RENEW, M_RELEASE, M_COUNT };
+enum method { M_ACQUIRE, M_RENEW, M_RELEASE, M_WAIT, M_COUNT };
 
 struct driver {
     struct conn conn;
@@ -46,9 +49,10 @@ static int status_error(grpc_status_code code)
 }
 
 /* One unary call, ending by end_ns (CLOCK_MONOTONIC; 0: the timeout's
- * end): sends req, and on OK unpacks the reply with desc into *resp
- * (free with protobuf_c_message_free_unpacked) and the TTL the server
- * said into *ttl_ns (0: none; ttl_ns may be NULL). */
+ * end), or for M_WAIT at end_ns (past the timeout: conn_call_long):
+ * sends req, and on OK unpacks the reply with desc into *resp (free with
+ * protobuf_c_message_free_unpacked) and the TTL the server said into
+ * *ttl_ns (0: none; ttl_ns may be NULL). */
 static int call(struct driver *d, enum method m, int64_t end_ns,
                 const ProtobufCMessage *req,
                 const ProtobufCMessageDescriptor *desc,
@@ -57,8 +61,10 @@ static int call(struct driver *d, enum method m, int64_t end_ns,
 {
     char details[256];
     grpc_status_code status =
-        conn_call(&d->conn, d->paths[m], end_ns, req, desc, resp, ttl_ns,
-                  details, sizeof(details));
+        m == M_WAIT ? conn_call_long(&d->conn, d->paths[m], end_ns, req, desc,
+                                     resp, ttl_ns, details, sizeof(details))
+                    : conn_call(&d->conn, d->paths[m], end_ns, req, desc, resp,
+                                ttl_ns, details, sizeof(details));
     int err = status_error(status);
     if (err != LEASE_OK)
         snprintf(errmsg, len, "%s (%s)",
@@ -113,6 +119,24 @@ static int drv_acquire(void *impl, const char *session_id, const char *owner,
     ProtobufCMessage *resp;
     int64_t ttl_ns;
     int err = call(impl, M_ACQUIRE, 0, &req.base,
+                   &mecatl__driver__v1__lease_response__descriptor, &resp,
+                   &ttl_ns, errmsg, len);
+    return err == LEASE_OK ? take_lease(resp, ttl_ns, out, errmsg, len) : err;
+}
+
+/* The messages of Wait have the fields, numbers and types of Acquire's
+ * (leases.proto): the same bytes on the wire. */
+static int drv_wait(void *impl, const char *session_id, const char *owner,
+                    int64_t deadline_ns, struct lease *out, char *errmsg,
+                    size_t len)
+{
+    Mecatl__Driver__V1__AcquireRequest req =
+        MECATL__DRIVER__V1__ACQUIRE_REQUEST__INIT;
+    req.session_id = (char *)session_id;
+    req.owner = (char *)owner;
+    ProtobufCMessage *resp;
+    int64_t ttl_ns;
+    int err = call(impl, M_WAIT, deadline_ns, &req.base,
                    &mecatl__driver__v1__lease_response__descriptor, &resp,
                    &ttl_ns, errmsg, len);
     return err == LEASE_OK ? take_lease(resp, ttl_ns, out, errmsg, len) : err;
@@ -173,6 +197,7 @@ static const struct lease_backend grpc_backend = {
     .release = drv_release,
     .destroy = drv_destroy,
     .renew_until = drv_renew_until,
+    .wait = drv_wait,
 };
 
 int lease_grpc_open(const char *target, const struct lease_grpc_options *opts,
@@ -190,9 +215,11 @@ int lease_grpc_open(const char *target, const struct lease_grpc_options *opts,
     }
     const ProtobufCServiceDescriptor *svc =
         &mecatl__driver__v1__session_lease_service__descriptor;
-    static const char *const names[M_COUNT] = {"Acquire", "Renew", "Release"};
+    static const char *const names[M_COUNT] = {"Acquire", "Renew", "Release",
+                                               "Wait"};
     for (int m = 0; m < M_COUNT; m++)
-        snprintf(d->paths[m], sizeof(d->paths[m]), "/%s/%s", svc->name,
+        snprintf(d->paths[m], sizeof(d->paths[m]), "/%s/%s",
+                 m == M_WAIT ? leased__v1__leases__descriptor.name : svc->name,
                  names[m]);
     if ((*out = lease_client_create(&grpc_backend, d)) == NULL) {
         drv_destroy(d);

@@ -90,6 +90,23 @@ struct lease_client;
 int lease_acquire(struct lease_client *c, const char *session_id,
                   const char *owner, struct lease *out);
 
+/* As lease_acquire, but while another owner holds the lease, waits for
+ * it until deadline_ns (CLOCK_MONOTONIC; INT64_MAX: no end), then
+ * LEASE_EHELD. Against leased, the call waits in the session's line,
+ * first come first served, and is granted the moment the lease is
+ * released or expires (leased.v1.Leases/Wait); against a server without
+ * it (leased over PostgreSQL in this version, another server of
+ * Mecatl's protocol) and the other backends, it tries acquire every
+ * 250 ms, in no order. A wait that ends at the deadline (or finds no
+ * server up until then) is settled by one more acquire, whose answer is
+ * lease_wait's: a grant made as the deadline passed is never left
+ * unknown. The lease's ttl_ns counts from the
+ * grant: a holder counts its deadline from when it called, which is
+ * earlier (or hands the session to lease_keeper_start, whose acquire
+ * is the same owner's again and keeps the token). */
+int lease_wait(struct lease_client *c, const char *session_id,
+               const char *owner, int64_t deadline_ns, struct lease *out);
+
 /* Extends *cur (same owner and token). On LEASE_OK, *out (which may be
  * cur) has the same token and a strictly later expiry; this also reclaims
  * an expired lease nobody took over. LEASE_EHELD: ownership is lost. */
@@ -207,6 +224,13 @@ struct lease_backend {
     int (*renew_until)(void *impl, const struct lease *cur,
                        int64_t deadline_ns, struct lease *out, char *errmsg,
                        size_t len);
+    /* acquire, waiting in line until deadline_ns (CLOCK_MONOTONIC;
+     * INT64_MAX: no end) while another owner holds the lease
+     * (lease_wait); LEASE_EDEADLINE when it ended first. May be NULL, or
+     * answer LEASE_EUNSUPPORTED: lease_wait polls acquire then. */
+    int (*wait)(void *impl, const char *session_id, const char *owner,
+                int64_t deadline_ns, struct lease *out, char *errmsg,
+                size_t len);
 };
 
 /* Wraps a backend (borrowed; it must outlive the client) and its impl

@@ -32,7 +32,6 @@
 #include "validate.h"
 #include "version.h"
 
-#define WAIT_POLL_NS INT64_C(250000000)
 #define NAME_PART_MAX 64 /* bytes of the login and host names in an owner */
 #define GET_PATH "/leased.admin.v1.Admin/Get"
 #define STATS_PATH "/leased.admin.v1.Admin/Stats"
@@ -181,17 +180,11 @@ const char *ctl_owner(const char *flag, bool unique, char *buf, size_t len)
 int ctl_acquire(struct ctl *c, const char *session, const char *owner,
                 int64_t wait_ns, struct lease *out)
 {
-    int64_t until =
-        wait_ns == CTL_FOREVER ? INT64_MAX : nanotime_mono() + wait_ns;
-    for (;;) {
-        int rc = lease_acquire(c->client, session, owner, out);
-        int64_t left = until - nanotime_mono();
-        if (rc != LEASE_EHELD || left <= 0)
-            return rc;
-        int64_t nap = left < WAIT_POLL_NS ? left : WAIT_POLL_NS;
-        struct timespec ts = {nap / 1000000000, nap % 1000000000};
-        nanosleep(&ts, NULL);
-    }
+    if (wait_ns == 0)
+        return lease_acquire(c->client, session, owner, out);
+    return lease_wait(
+        c->client, session, owner,
+        wait_ns == CTL_FOREVER ? INT64_MAX : nanotime_mono() + wait_ns, out);
 }
 
 static int cmd_acquire(struct ctl *c)

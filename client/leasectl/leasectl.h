@@ -183,9 +183,9 @@ void ctl_print_lease(const struct ctl *c, const struct lease *l);
  * returns buf. */
 const char *ctl_escaped(const char *s, char *buf, size_t len);
 
-/* Acquire, and with wait_ns > 0 keep trying while the lease is held,
- * until it is free or wait_ns has passed (CTL_FOREVER: until it is
- * free). */
+/* Acquire, and with wait_ns > 0 wait for the lease while another holds
+ * it, until it is granted or wait_ns has passed (CTL_FOREVER: until it
+ * is granted): lease_wait, in line at leased. */
 int ctl_acquire(struct ctl *c, const char *session, const char *owner,
                 int64_t wait_ns, struct lease *out);
 

@@ -59,8 +59,9 @@ static const struct command {
         .summary = "take a lease",
         .help = "Takes the lease of SESSION for owner O (default: "
                 "$LEASE_OWNER, or USER@HOST); the same owner again keeps "
-                "its token. With --wait, keeps trying for up to D while "
-                "another owner holds it. Exit 3 when held.",
+                "its token. With --wait, waits for up to D while another "
+                "owner holds it, in line (first come first served) at "
+                "leased. Exit 3 when held.",
     },
     [CTL_RENEW] = {
         .name = "renew", .args = "[SESSION]", .max = 1,
@@ -198,8 +199,9 @@ static const struct row {
              "release, the one the owner holds now; revoke, any)"},
     {.name = "wait", .value = "D", .kind = DURATION, .field = FIELD(wait_ns),
      .inf = true, .commands = ON(CTL_ACQUIRE) | ON(CTL_HOLD),
-     .help = "keep trying for up to D while another owner holds the lease "
-             "(inf: for as long as it takes)"},
+     .help = "wait for up to D while another owner holds the lease (inf: "
+             "for as long as it takes): in line at leased, granted as the "
+             "lease ends; a server without Wait is asked every 250ms"},
     {.name = "limit", .value = "N", .kind = COUNT, .field = FIELD(limit),
      .commands = ON(CTL_LIST), .help = "the first N only"},
     {.name = "grace", .value = "D", .kind = DURATION,

@@ -3,6 +3,7 @@ session's line, first come first served. The order in which waiters
 joined is known from leased_waiting_calls (each starts once the one
 before is in line), never from a sleep.
 """
+import json
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ DEADLINE = grpc.StatusCode.DEADLINE_EXCEEDED
 HELD = grpc.StatusCode.FAILED_PRECONDITION
 METRICS = ["--metrics-listen", "127.0.0.1:0"]
 LONG = 60.0  # a waiter's deadline that no test reaches
+HELD_EXIT = 3  # leasectl's exit code for a lease another holds
 
 
 def waiting(d):
@@ -196,6 +198,68 @@ def test_bad_input_is_refused_and_changes_nothing():
         assert waiting(d) == 0
 
 
+def leasectl(d, *args):
+    """Starts leasectl against d (JSON output)."""
+    return subprocess.Popen(
+        [os.environ["LEASECTL_BIN"], "--url", d.addr, "--json"] + list(args),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def requests(d, method, code):
+    """leased_requests_total of method answered code."""
+    return d.metrics().get(("leased_requests_total", (
+        ("code", code), ("method", method))), 0)
+
+
+def finished(p):
+    out, err = p.communicate(timeout=30)
+    return p.returncode, out, err
+
+
+def test_leasectl_waits_in_line_and_is_granted_at_the_release():
+    """leasectl acquire --wait (liblease's lease_wait) waits in leased's
+    line, not by asking again: the gauge counts it, and the release hands
+    it the lease."""
+    with Leased(ttl="20s", args=METRICS) as d:
+        c = d.client()
+        held = c.acquire("s", "holder")
+        p = leasectl(d, "acquire", "s", "--owner", "bob", "--wait", "30s")
+        until_waiting(d, 1)
+        assert p.poll() is None
+        c.release(held)
+        rc, out, err = finished(p)
+        assert rc == 0, (rc, out, err)
+        got = json.loads(out)
+        assert (got["owner"], got["token"]) == ("bob", held.token + 1)
+        # Its --wait ends while the lease is still held: exit 3 (held),
+        # and it left the line.
+        p = leasectl(d, "acquire", "s", "--owner", "carol", "--wait", "1s")
+        until_waiting(d, 1)
+        assert finished(p)[0] == HELD_EXIT
+        until_waiting(d, 0)
+        assert 'owner="carol"' not in d.log_text()
+
+
+def test_leasectl_wait_asks_again_where_wait_is_not_served():
+    """Over PostgreSQL (Wait UNIMPLEMENTED), lease_wait falls back to
+    asking every 250 ms: granted once the holder released."""
+    with Leased(ttl="20s", args=METRICS) as d:
+        c = d.client()
+        held = c.acquire("s", "holder")
+        p = leasectl(d, "acquire", "s", "--owner", "bob", "--wait", "30s")
+        # Its Wait answered UNIMPLEMENTED, then an Acquire refused.
+        deadline = time.monotonic() + 20
+        while requests(d, "Acquire", "FAILED_PRECONDITION") == 0:
+            assert time.monotonic() < deadline, "no Acquire refused"
+            time.sleep(0.01)
+        assert requests(d, "leased.v1.Leases/Wait", "UNIMPLEMENTED") == 1
+        c.release(held)
+        rc, out, err = finished(p)
+        assert rc == 0, (rc, out, err)
+        got = json.loads(out)
+        assert (got["owner"], got["token"]) == ("bob", held.token + 1)
+
+
 def test_wait_is_unimplemented_over_postgres():
     with Leased(ttl="20s") as d:
         c = d.client()
@@ -212,11 +276,13 @@ SQLITE_ONLY = [
     "test_a_waiters_grant_is_stored_before_its_answer",
     "test_stopping_answers_every_waiter_unavailable",
     "test_bad_input_is_refused_and_changes_nothing",
+    "test_leasectl_waits_in_line_and_is_granted_at_the_release",
 ]
 if os.environ.get("LEASED_TEST_STORE") == "postgres":
     for name in SQLITE_ONLY:
         del globals()[name]
 else:
     del globals()["test_wait_is_unimplemented_over_postgres"]
+    del globals()["test_leasectl_wait_asks_again_where_wait_is_not_served"]
 
 harness.main(globals())
