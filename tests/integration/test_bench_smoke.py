@@ -1,10 +1,12 @@
-"""leasebench smoke runs: the benchmark works end to end against the real
-daemon and against its null server, with zero errors. Asserts no speed:
-numbers belong in docs/benchmarks.md, from tests/bench/compare.sh."""
+"""Benchmark smoke runs: leasebench works end to end against the real
+daemon and against its null server, with zero errors; handoffbench and
+waiters_mem.py run to their end. Asserts no speed: numbers belong in
+docs/benchmarks.md, from tests/bench/compare.sh and the others."""
 import json
 import os
 import re
 import subprocess
+import sys
 
 import harness
 
@@ -49,6 +51,24 @@ def test_null_server_churn():
     finally:
         p.terminate()
         assert p.wait(timeout=10) == 0
+
+
+def test_handoffbench_hands_every_lease_over():
+    p = subprocess.run([os.environ["HANDOFFBENCH_BIN"], "10"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    rows = re.findall(r"^(\S.*?|  \S.*?)\s+n=(\d+)", p.stdout, re.M)
+    assert [r[0].strip() for r in rows] == [
+        "release -> Wait", "grant - release's answer", "release -> polling",
+        "expiry -> Wait", "fdatasync (4 KiB)"], p.stdout
+
+
+def test_waiters_mem_runs():
+    script = os.path.join(harness.ROOT, "tests", "bench", "waiters_mem.py")
+    p = subprocess.run([sys.executable, script, "200", "20"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert "200 waiting calls on 20 sessions" in p.stdout, p.stdout
 
 
 harness.main(globals())
