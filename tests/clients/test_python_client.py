@@ -419,6 +419,56 @@ def test_a_server_without_the_calls_is_unsupported():
         server.stop(None)
 
 
+# --- waiting for a lease ---------------------------------------------------
+
+METRICS = ["--metrics-listen", "127.0.0.1:0"]
+
+
+def waiting_or_refused(d):
+    """Whether a wait() is under way at d: in leased's line over SQLite;
+    over PostgreSQL (no Wait: UNIMPLEMENTED), refused by acquire once."""
+    m = d.metrics()
+    if os.environ.get("LEASED_TEST_STORE") != "postgres":
+        return m[("leased_waiting_calls", ())] == 1
+    refused = m.get(("leased_requests_total", (
+        ("code", "FAILED_PRECONDITION"), ("method", "Acquire"))), 0)
+    return refused >= 1
+
+def test_wait_is_granted_when_the_holder_releases():
+    """wait() waits while another owner holds the lease (in leased's line
+    over SQLite; asking again over PostgreSQL, which has no Wait yet) and
+    is granted once the holder released it, with a greater token."""
+    with harness.Leased(ttl=LIVE_TTL, args=METRICS) as d, client(d) as c:
+        s = sid("wait")
+        a = c.acquire(s, "owner-a")
+        got = []
+        t = threading.Thread(target=lambda: got.append(
+            c.wait(s, "owner-b", time.monotonic() + 30)))
+        t.start()
+        deadline = time.monotonic() + 20
+        while not waiting_or_refused(d):
+            assert time.monotonic() < deadline, "owner-b never waited"
+            time.sleep(0.01)
+        assert t.is_alive() and not got
+        c.release(a)
+        t.join(timeout=20)
+        assert got and got[0].owner == "owner-b" and got[0].token > a.token
+        # The holder's own wait, and a free session's, are answered at once
+        # as acquire's.
+        assert c.wait(s, "owner-b").token == got[0].token
+        assert c.wait(sid("free"), "owner-c").token >= 1
+
+
+def test_wait_ends_held_at_its_deadline():
+    with harness.Leased(ttl=LIVE_TTL) as d, client(d) as c:
+        s = sid("waitheld")
+        c.acquire(s, "owner-a")
+        start = time.monotonic()
+        expect(leased.HeldError, c.wait, s, "owner-b", start + 0.5)
+        assert time.monotonic() - start >= 0.5
+        expect(leased.InvalidError, c.wait, s, "", start + 0.5)
+
+
 # --- the keeper ------------------------------------------------------------
 
 class Events:

@@ -21,10 +21,12 @@ TARGETS_MAX = 8
 TTL_HEADER = "leased-ttl-ms"
 _SERVICE = "/mecatl.driver.v1.SessionLeaseService/"
 _ADMIN = "/leased.admin.v1.Admin/"
+_LEASES = "/leased.v1.Leases/"
 _TOKEN = re.compile(r"[A-Za-z0-9._~+/=-]{1,4096}")
 _TTL_VALUE = re.compile(r"[0-9]{1,12}")
 _RETRY_PAUSE = 0.1  # the least a round of retries takes
 _WAIT_SLICE = 0.25  # waiting for one target to connect, once all failed
+_WAIT_POLL = 0.25  # wait() where the server has no Wait: acquire this often
 
 
 @dataclass(frozen=True)
@@ -214,6 +216,37 @@ class Client:
             lease_pb.LeaseResponse, None)
         return self._lease(reply, ttl_ns)
 
+    def wait(self, session_id, owner, deadline=None):
+        """As acquire, but while another owner holds the lease, waits for
+        it until deadline (time.monotonic() seconds; None: no end), then
+        HeldError. Against leased the call waits in the session's line
+        (leased.v1.Leases/Wait: first come first served, granted the
+        moment the lease ends); against a server without it, acquire is
+        tried every 250 ms. A wait that ends at the deadline is settled
+        by one more acquire (a grant made as the call ended is never left
+        unknown). As liblease's lease_wait."""
+        _check("session_id", session_id, SESSION_MAX)
+        _check("owner", owner, OWNER_MAX)
+        request = lease_pb.AcquireRequest(session_id=session_id, owner=owner)
+        try:
+            reply, ttl_ns = self._call_long("Wait", request, deadline)
+            return self._lease(reply, ttl_ns)
+        except errors.UnsupportedError:
+            pass
+        except (errors.DeadlineError, errors.UnavailableError):
+            if deadline is None or time.monotonic() < deadline:
+                raise
+            return self.acquire(session_id, owner)
+        while True:
+            try:
+                return self.acquire(session_id, owner)
+            except errors.HeldError:
+                left = (deadline - time.monotonic() if deadline is not None
+                        else _WAIT_POLL)
+                if left <= 0:
+                    raise
+                time.sleep(min(left, _WAIT_POLL))
+
     def renew(self, lease, deadline=None):
         """Extends lease (same owner and token): the same token, a later
         expiry; this also reclaims an expired lease nobody took over.
@@ -324,11 +357,45 @@ class Client:
             round_start = time.monotonic()
         raise errors.from_status(grpc.StatusCode.UNAVAILABLE, why)
 
+    def _call_long(self, method, request, deadline):
+        """A call of leased's own service that may last until deadline
+        (None: no end), past the timeout: a target that answers
+        UNAVAILABLE hands over to the next; when all did, rounds at most
+        ten a second until the deadline (as liblease's conn_call_long).
+        Wait's messages are Acquire's, field for field."""
+        rpc = self._rpcs.get(_LEASES + method)
+        if rpc is None:
+            rpc = [t.channel.unary_unary(
+                _LEASES + method,
+                request_serializer=lease_pb.AcquireRequest.SerializeToString,
+                response_deserializer=lease_pb.LeaseResponse.FromString)
+                for t in self._targets]
+            self._rpcs[_LEASES + method] = rpc
+        end = deadline if deadline is not None else float("inf")
+        n = len(self._targets)
+        first = self._current
+        why = None
+        while True:
+            round_start = time.monotonic()
+            for k in range(n):
+                t = (first + k) % n
+                code, result = self._try(rpc[t], request, end, end, False)
+                if code != grpc.StatusCode.UNAVAILABLE:
+                    return self._settle(t, code, result)
+                why = why or result
+            if time.monotonic() >= end:
+                raise errors.from_status(grpc.StatusCode.UNAVAILABLE, why)
+            pause = min(round_start + _RETRY_PAUSE, end) - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+
     def _try(self, rpc, request, end, slice_, wait_for_ready):
         """(None, (reply, ttl_ns)) or (status code, details)."""
         timeout = min(slice_, end - time.monotonic())
         if timeout <= 0:
             return grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed"
+        if timeout == float("inf"):  # a wait with no end
+            timeout = None
         try:
             response, call = rpc.with_call(request, timeout=timeout,
                                            metadata=self._metadata,
