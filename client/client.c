@@ -157,11 +157,13 @@ int lease_wait(struct lease_client *c, const char *session_id,
                            sizeof(errmsg));
     if (err == LEASE_EUNSUPPORTED)
         return poll_acquire(c, session_id, owner, deadline_ns, out);
-    /* The wait ended (or the service could not be reached) by the
-     * deadline: one acquire settles what holds now, a grant made as the
-     * call ended included. */
+    /* The wait ended at its deadline (or no service could be reached
+     * until then: the wait gives up on neither before it): one acquire
+     * settles what holds now, a grant made as the call ended included.
+     * (gRPC's deadline is to the millisecond: it may come a moment
+     * before deadline_ns.) */
     if ((err == LEASE_EDEADLINE || err == LEASE_EUNAVAILABLE) &&
-        nanotime_mono() >= deadline_ns)
+        deadline_ns != INT64_MAX)
         return lease_acquire(c, session_id, owner, out);
     return finish(err, errmsg);
 }

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -20,7 +21,10 @@ const (
 const (
 	leaseService = "/mecatl.driver.v1.SessionLeaseService/"
 	adminGet     = "/leased.admin.v1.Admin/Get"
+	leasesWait   = "/leased.v1.Leases/Wait"
 	ttlHeader    = "leased-ttl-ms"
+	// Wait where the server has no Wait: Acquire this often.
+	waitPoll = 250 * time.Millisecond
 )
 
 // Lease is a granted lease: a plain value, copy it freely.
@@ -117,6 +121,55 @@ func (c *Client) Acquire(ctx context.Context, session, owner string) (Lease, err
 	return c.grant(ctx, "Acquire", &acquireRequest{sessionID: session, owner: owner})
 }
 
+// Wait is Acquire that waits while another owner holds the lease, until
+// ctx's deadline (none: no end; ctx cancelled: its error), then ErrHeld.
+// Against leased the call waits in the session's line
+// (leased.v1.Leases/Wait: first come first served, granted the moment
+// the lease ends); against a server without it, Acquire is tried every
+// 250 ms. A wait that ends at the deadline is settled by one more Acquire
+// (a grant made as the call ended is never left unknown). As liblease's
+// lease_wait.
+func (c *Client) Wait(ctx context.Context, session, owner string) (Lease, error) {
+	if err := checkString("session id", session, MaxSessionID); err != nil {
+		return Lease{}, err
+	}
+	if err := checkString("owner", owner, MaxOwner); err != nil {
+		return Lease{}, err
+	}
+	req := &acquireRequest{sessionID: session, owner: owner}
+	var resp leaseResponse
+	var md metadata.MD
+	err := fromCall(c.conn.callLong(ctx, leasesWait, req, &resp, &md))
+	switch {
+	case err == nil:
+		return leaseOf(&resp, md)
+	case errors.Is(err, ErrUnsupported):
+		for {
+			l, err := c.Acquire(ctx, session, owner)
+			if !errors.Is(err, ErrHeld) || !pauseUntil(ctx, time.Now().Add(waitPoll)).Before(deadlineOf(ctx)) {
+				return l, err
+			}
+		}
+	case ctx.Err() != context.Canceled && !deadlineOf(ctx).Equal(never) &&
+		(errors.Is(err, ErrDeadline) || errors.Is(err, ErrUnavailable)):
+		// At ctx's deadline (the call's own timer may fire a moment
+		// before ctx's): neither comes sooner.
+		return c.Acquire(context.Background(), session, owner)
+	}
+	return Lease{}, err
+}
+
+// never is a deadline that never comes.
+var never = time.Unix(1<<62, 0)
+
+// deadlineOf is ctx's deadline, or never.
+func deadlineOf(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return never
+}
+
 // Renew extends l (same owner and token): the result has the same token
 // and a strictly later expiry; this also reclaims an expired lease
 // nobody took over. ErrHeld: ownership is lost.
@@ -166,6 +219,11 @@ func (c *Client) grant(ctx context.Context, method string, req request) (Lease, 
 	if err := fromCall(c.conn.call(ctx, leaseService+method, req, &resp, &md)); err != nil {
 		return Lease{}, err
 	}
+	return leaseOf(&resp, md)
+}
+
+// leaseOf reads the lease a reply grants, with the TTL said beside it.
+func leaseOf(resp *leaseResponse, md metadata.MD) (Lease, error) {
 	w := resp.lease
 	if w == nil || !w.hasExpiry {
 		return Lease{}, fail(ErrUnavailable, "reply without a lease")

@@ -299,6 +299,40 @@ func (c *conn) call(ctx context.Context, method string, req, resp interface{}, h
 	return status.Error(codes.Unavailable, status.Convert(firstErr).Message())
 }
 
+// callLong makes one unary call that may last until ctx's deadline (none:
+// no end), past the client's timeout: a call the server answers when
+// something happens (leased's Wait), as liblease's conn_call_long. A
+// target that answers UNAVAILABLE hands over to the next; when all did,
+// rounds at most ten a second until the end, then UNAVAILABLE with the
+// first reason.
+func (c *conn) callLong(ctx context.Context, method string, req, resp interface{}, header *metadata.MD) error {
+	end := deadlineOf(ctx)
+	n := len(c.channels)
+	first := int(atomic.LoadUint32(&c.current))
+	var firstErr error
+	for round := time.Now(); ; round = pauseUntil(ctx, earlier(round.Add(retryPause), end)) {
+		for k := 0; k < n; k++ {
+			t := (first + k) % n
+			err := c.once(ctx, t, end, false, method, req, resp, header)
+			if status.Code(err) != codes.Unavailable {
+				if t != first && err == nil {
+					atomic.StoreUint32(&c.current, uint32(t))
+				}
+				return err
+			}
+			if firstErr == nil {
+				firstErr = err
+			}
+		}
+		if ctx.Err() != nil {
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		if !time.Now().Before(end) {
+			return status.Error(codes.Unavailable, status.Convert(firstErr).Message())
+		}
+	}
+}
+
 // pauseUntil sleeps until t, or until ctx ends; it returns the time then.
 func pauseUntil(ctx context.Context, t time.Time) time.Time {
 	if d := time.Until(t); d > 0 {

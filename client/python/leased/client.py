@@ -234,7 +234,9 @@ class Client:
         except errors.UnsupportedError:
             pass
         except (errors.DeadlineError, errors.UnavailableError):
-            if deadline is None or time.monotonic() < deadline:
+            # Neither comes before the deadline (gRPC's timer may fire a
+            # moment early): settled by one acquire.
+            if deadline is None:
                 raise
             return self.acquire(session_id, owner)
         while True:
