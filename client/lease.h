@@ -100,10 +100,10 @@ int lease_acquire(struct lease_client *c, const char *session_id,
  * 250 ms, in no order. A wait that ends at the deadline (or finds no
  * server up until then) is settled by one more acquire, whose answer is
  * lease_wait's: a grant made as the deadline passed is never left
- * unknown. The lease's ttl_ns counts from the
- * grant: a holder counts its deadline from when it called, which is
- * earlier (or hands the session to lease_keeper_start, whose acquire
- * is the same owner's again and keeps the token). */
+ * unknown. The lease's ttl_ns counts from the grant: a holder counts its
+ * deadline from when it called, which is earlier (or hands the session
+ * to lease_keeper_start, whose acquire is the same owner's again and
+ * keeps the token). */
 int lease_wait(struct lease_client *c, const char *session_id,
                const char *owner, int64_t deadline_ns, struct lease *out);
 
