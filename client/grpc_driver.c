@@ -109,8 +109,12 @@ static void wire_lease(const struct lease *l, Mecatl__Driver__V1__Lease *w,
     w->expiry = ts;
 }
 
-static int drv_acquire(void *impl, const char *session_id, const char *owner,
-                       struct lease *out, char *errmsg, size_t len)
+/* An Acquire (M_ACQUIRE) or a Wait (M_WAIT, until end_ns): the messages
+ * of Wait have the fields, numbers and types of Acquire's
+ * (leases.proto), the same bytes on the wire. */
+static int take(void *impl, enum method m, int64_t end_ns,
+                const char *session_id, const char *owner, struct lease *out,
+                char *errmsg, size_t len)
 {
     Mecatl__Driver__V1__AcquireRequest req =
         MECATL__DRIVER__V1__ACQUIRE_REQUEST__INIT;
@@ -118,28 +122,24 @@ static int drv_acquire(void *impl, const char *session_id, const char *owner,
     req.owner = (char *)owner;
     ProtobufCMessage *resp;
     int64_t ttl_ns;
-    int err = call(impl, M_ACQUIRE, 0, &req.base,
+    int err = call(impl, m, end_ns, &req.base,
                    &mecatl__driver__v1__lease_response__descriptor, &resp,
                    &ttl_ns, errmsg, len);
     return err == LEASE_OK ? take_lease(resp, ttl_ns, out, errmsg, len) : err;
 }
 
-/* The messages of Wait have the fields, numbers and types of Acquire's
- * (leases.proto): the same bytes on the wire. */
+static int drv_acquire(void *impl, const char *session_id, const char *owner,
+                       struct lease *out, char *errmsg, size_t len)
+{
+    return take(impl, M_ACQUIRE, 0, session_id, owner, out, errmsg, len);
+}
+
 static int drv_wait(void *impl, const char *session_id, const char *owner,
                     int64_t deadline_ns, struct lease *out, char *errmsg,
                     size_t len)
 {
-    Mecatl__Driver__V1__AcquireRequest req =
-        MECATL__DRIVER__V1__ACQUIRE_REQUEST__INIT;
-    req.session_id = (char *)session_id;
-    req.owner = (char *)owner;
-    ProtobufCMessage *resp;
-    int64_t ttl_ns;
-    int err = call(impl, M_WAIT, deadline_ns, &req.base,
-                   &mecatl__driver__v1__lease_response__descriptor, &resp,
-                   &ttl_ns, errmsg, len);
-    return err == LEASE_OK ? take_lease(resp, ttl_ns, out, errmsg, len) : err;
+    return take(impl, M_WAIT, deadline_ns, session_id, owner, out, errmsg,
+                len);
 }
 
 static int drv_renew_until(void *impl, const struct lease *cur,
