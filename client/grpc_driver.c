@@ -138,8 +138,7 @@ static int drv_wait(void *impl, const char *session_id, const char *owner,
                     int64_t deadline_ns, struct lease *out, char *errmsg,
                     size_t len)
 {
-    return take(impl, M_WAIT, deadline_ns, session_id, owner, out, errmsg,
-                len);
+    return take(impl, M_WAIT, deadline_ns, session_id, owner, out, errmsg, len);
 }
 
 static int drv_renew_until(void *impl, const struct lease *cur,
