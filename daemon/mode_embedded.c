@@ -53,6 +53,13 @@
  * is most of a lone takeover's latency; under load the next batch
  * commits while this one syncs, as above.
  *
+ * A Wait is decided as an Acquire; refused because another holds the
+ * lease, it is not answered but joins its session's line (waiters.c).
+ * Whatever ends that lease puts the first in line whose call has not
+ * ended back at the front of `pending`: a release or a revoke at once,
+ * in the batch being decided, an expiry when the one-off wake-up set for
+ * it fires (see Waits below).
+ *
  * If a commit fails, the engine undoes the batch and every request that
  * depended on it gets UNAVAILABLE: never OK for a change of owner that was
  * not stored. Storage counts as failing (health NOT_SERVING) until a
