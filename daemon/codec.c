@@ -126,7 +126,7 @@ int codec_decode(enum request_op op, const uint8_t *buf, size_t len,
         *msg = NULL;
         return -1;
     }
-    if (op == OP_ACQUIRE || op == OP_WAIT) { /* the same fields */
+    if (request_acquires(op)) { /* Acquire's and Wait's: the same fields */
         Leased__Codec__V1__WireAcquireRequest *m =
             leased__codec__v1__wire_acquire_request__unpack(NULL, len, buf);
         if (m == NULL)

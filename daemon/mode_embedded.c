@@ -737,13 +737,6 @@ static void take_admin(struct embedded *s)
 
 /* --- Waits (leased.v1.Leases/Wait) ------------------------------------ */
 
-/* Whether a call of op may take a lease that ended: an Acquire or a
- * Wait. */
-static bool takes_ended_lease(enum request_op op)
-{
-    return op == OP_ACQUIRE || op == OP_WAIT;
-}
-
 /* When the lease of the session may end at the earliest, as now_ns
  * sees it: its expiry, or the end of the restart quarantine that keeps
  * it live past it. */
@@ -898,28 +891,32 @@ static void on_wake(struct mode *m)
     pthread_mutex_unlock(&s->lock);
 }
 
-static void embedded_cancelled(struct mode *m)
+/* Answers, out of their lines, the Waits whose calls ended (CANCELLED),
+ * or every Wait when draining (UNAVAILABLE "draining"). */
+static void take_out_of_line(struct mode *m, bool draining)
 {
     struct embedded *s = (struct embedded *)m;
     pthread_mutex_lock(&s->lock);
-    struct request *list = waiters_take_ended(s->waiters, false);
-    for (struct request *r = list; r != NULL; r = r->next)
-        mode_ended(r);
+    struct request *list = waiters_take_ended(s->waiters, draining);
+    for (struct request *r = list; r != NULL; r = r->next) {
+        if (draining)
+            mode_refuse(r, "draining");
+        else
+            mode_ended(r);
+    }
     count_waiting(s);
     mode_answer_list(&s->base, list);
     pthread_mutex_unlock(&s->lock);
 }
 
+static void embedded_cancelled(struct mode *m)
+{
+    take_out_of_line(m, false);
+}
+
 static void embedded_drain(struct mode *m)
 {
-    struct embedded *s = (struct embedded *)m;
-    pthread_mutex_lock(&s->lock);
-    struct request *list = waiters_take_ended(s->waiters, true);
-    for (struct request *r = list; r != NULL; r = r->next)
-        mode_refuse(r, "draining");
-    count_waiting(s);
-    mode_answer_list(&s->base, list);
-    pthread_mutex_unlock(&s->lock);
+    take_out_of_line(m, true);
 }
 
 /* Decides everything pending, batch by batch, until a commit is in
@@ -965,7 +962,7 @@ static void process(struct embedded *s)
             }
             /* A lease that ended goes to the first in line, and any
              * Acquire or Wait of it waits its turn behind. */
-            if (!r->woken && takes_ended_lease(r->op) &&
+            if (!r->woken && request_acquires(r->op) &&
                 wake_first(s, now_ns, r->session, r->session_len, r)) {
                 n--;
                 continue;
@@ -974,7 +971,7 @@ static void process(struct embedded *s)
             mode_push(decide(s, now_ns, r, &s->chgs[s->nchgs]) ? &batch
                                                                 : &now,
                       r);
-            if (!takes_ended_lease(r->op)) /* a release, a revoke: */
+            if (!request_acquires(r->op)) /* a release, a revoke: */
                 wake_first(s, now_ns, r->session, r->session_len, NULL);
         }
         if (s->nchgs > 0) {

@@ -38,6 +38,13 @@ static inline bool request_is_admin(enum request_op op)
     return op >= OP_GET;
 }
 
+/* Whether op takes a lease (Acquire, or Wait, which is an Acquire that
+ * waits in line): the same request, decided by the same rule. */
+static inline bool request_acquires(enum request_op op)
+{
+    return op == OP_ACQUIRE || op == OP_WAIT;
+}
+
 /* Whether op only reads (Get, List, Stats, Snapshot): answered without a
  * commit. Revoke, an admin call, changes a lease as a Release does. */
 static inline bool request_is_read(enum request_op op)

@@ -322,14 +322,7 @@ class Client:
         end = time.monotonic() + self.timeout
         if deadline is not None and deadline < end:
             end = deadline
-        rpc = self._rpcs.get(path + method)
-        if rpc is None:
-            rpc = [t.channel.unary_unary(
-                path + method,
-                request_serializer=type(request).SerializeToString,
-                response_deserializer=reply.FromString)
-                for t in self._targets]
-            self._rpcs[path + method] = rpc
+        rpc = self._rpc(path + method, request, reply)
         n = len(self._targets)
         first = self._current
         why = None
@@ -359,20 +352,24 @@ class Client:
             round_start = time.monotonic()
         raise errors.from_status(grpc.StatusCode.UNAVAILABLE, why)
 
+    def _rpc(self, path, request, reply):
+        """The callable of path on each target (made once)."""
+        rpc = self._rpcs.get(path)
+        if rpc is None:
+            rpc = [t.channel.unary_unary(
+                path, request_serializer=type(request).SerializeToString,
+                response_deserializer=reply.FromString)
+                for t in self._targets]
+            self._rpcs[path] = rpc
+        return rpc
+
     def _call_long(self, method, request, deadline):
         """A call of leased's own service that may last until deadline
         (None: no end), past the timeout: a target that answers
         UNAVAILABLE hands over to the next; when all did, rounds at most
         ten a second until the deadline (as liblease's conn_call_long).
         Wait's messages are Acquire's, field for field."""
-        rpc = self._rpcs.get(_LEASES + method)
-        if rpc is None:
-            rpc = [t.channel.unary_unary(
-                _LEASES + method,
-                request_serializer=lease_pb.AcquireRequest.SerializeToString,
-                response_deserializer=lease_pb.LeaseResponse.FromString)
-                for t in self._targets]
-            self._rpcs[_LEASES + method] = rpc
+        rpc = self._rpc(_LEASES + method, request, lease_pb.LeaseResponse)
         end = deadline if deadline is not None else float("inf")
         n = len(self._targets)
         first = self._current
