@@ -279,7 +279,15 @@ static int supervise(struct group *g, struct lease_keeper *k,
             /* Time to go; or the lease is lost for certain; or CMD is
              * gone and what it left behind must go before the release. */
             char s[CTL_ESCAPED_LEN(LEASE_SESSION_MAX)];
-            if (!g->done && !lost)
+            if (!g->done && !lost && now >= deadline)
+                /* Stopped past the deadline (leasectl itself was
+                 * stopped or starved): the keeper may not have said so
+                 * yet. */
+                fprintf(stderr, "leasectl: hold: no renewal of %s before "
+                                "its deadline: treating it as lost, "
+                                "stopping the command\n",
+                        ctl_escaped(session, s, sizeof(s)));
+            else if (!g->done && !lost)
                 fprintf(stderr, "leasectl: hold: no renewal of %s in time: "
                                 "stopping the command, %.3gs before the "
                                 "lease's deadline\n",
