@@ -61,6 +61,7 @@ enum store_err pgstore_revoke(struct pgstore *p, const char *session,
     struct pg_params q = {0};
     pg_params_bytes(&q, session, session_len);
     pg_params_int(&q, (int64_t)token, 8);
+    pg_params_int(&q, p->o.ttl_ns, 8);
     int err = pg_roundtrip_run(p, PGSQL_REVOKE, &q, "revoking a lease");
     if (err != STORE_OK)
         return err;

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PG_PARAMS_MAX 5
+#define PG_PARAMS_MAX 7
 
 /* A one-dimensional array parameter in PostgreSQL's binary format. */
 struct pg_array {

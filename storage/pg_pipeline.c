@@ -86,7 +86,8 @@ enum store_err pgstore_send(struct pgstore *p, struct pgstore_call *calls,
         calls[i].granted = 0;
         calls[i].expiry_ns = 0;
         calls[i].flags = 0;
-        if (calls[i].op != RULES_ACQUIRE && calls[i].token > INT64_MAX)
+        if (calls[i].op != RULES_ACQUIRE && calls[i].line == PGSTORE_LINE_NONE &&
+            calls[i].token > INT64_MAX)
             calls[i].code =
                 calls[i].op == RULES_RENEW ? RULES_LOST : RULES_NOOP;
         else
@@ -103,10 +104,16 @@ enum store_err pgstore_send(struct pgstore *p, struct pgstore_call *calls,
             const struct pgstore_call *c = &calls[b->order[i]];
             if (c->code != -1)
                 continue;
-            if (c->op != RULES_ACQUIRE && c->op != RULES_RENEW &&
-                c->op != RULES_RELEASE)
+            if ((c->op != RULES_ACQUIRE && c->op != RULES_RENEW &&
+                 c->op != RULES_RELEASE) ||
+                (c->line != PGSTORE_LINE_NONE &&
+                 (c->op != RULES_ACQUIRE || p->line_key == 0)))
                 abort(); /* not an op: never guess one */
-            pg_params_array_add_int(&a[0], c->op, 4);
+            pg_params_array_add_int(
+                &a[0],
+                c->line != PGSTORE_LINE_NONE ? (int64_t)c->line
+                                             : (int64_t)c->op,
+                4);
             pg_params_array_add(&a[1], c->session, c->session_len);
             pg_params_array_add(&a[2], c->owner, c->owner_len);
             pg_params_array_add_int(&a[3], (int64_t)c->token, 8);
@@ -119,6 +126,13 @@ enum store_err pgstore_send(struct pgstore *p, struct pgstore_call *calls,
         for (int i = 0; i < 4; i++)
             pg_params_array(&q, &a[i]);
         pg_params_int(&q, p->o.ttl_ns, 8);
+        if (p->line_key != 0) {
+            pg_params_int(&q, p->line_key, 4);
+            pg_params_int(&q, p->line_pid, 4);
+        } else {
+            pg_params_null(&q);
+            pg_params_null(&q);
+        }
         /* No BEGIN and COMMIT: what a sync ends is one transaction,
          * committed when its answer comes (after the standby's, when it
          * is synchronous), rolled back on an error. */
@@ -192,11 +206,24 @@ static int read_answer(struct pgstore *p, struct pg_pending *b)
  * replica's; they are not read). Anything else comes from a function of
  * another version, or a changed one: never to be read as a refusal, nor
  * as a success; the batch's outcome is unknown. */
-static bool known_outcome(enum rules_op op, int code, unsigned flags)
+static bool known_outcome(enum rules_op op, enum pgstore_line line,
+                          int code, unsigned flags)
 {
     if (flags &
         ~(unsigned)(RULES_TAKEOVER | RULES_EXPIRED | RULES_RECLAIM))
         return false;
+    switch (line) {
+    case PGSTORE_LINE_NONE:
+        break;
+    case PGSTORE_LINE_JOIN:
+        return code == RULES_OK || code == PGSTORE_IN_LINE;
+    case PGSTORE_LINE_LOOK:
+        return code == PGSTORE_IN_LINE || code == PGSTORE_NOT_IN_LINE;
+    case PGSTORE_LINE_LEAVE:
+        return code == RULES_NOOP || code == PGSTORE_NOT_IN_LINE;
+    default:
+        return false;
+    }
     switch (op) {
     case RULES_ACQUIRE:
         return code == RULES_OK || code == RULES_HELD;
@@ -238,9 +265,11 @@ static int decode(struct pgstore *p, struct pg_pending *b, int64_t *db_now_ns)
         if (c->code == RULES_OK) {
             c->granted = (uint64_t)pg_params_get_int(res, row, 1);
             c->expiry_ns = pg_params_get_int(res, row, 2);
+        } else if (c->code == PGSTORE_IN_LINE) {
+            c->expiry_ns = pg_params_get_int(res, row, 2);
         }
         c->flags = (unsigned)pg_params_get_int(res, row, 3);
-        if (!known_outcome(c->op, c->code, c->flags)) {
+        if (!known_outcome(c->op, c->line, c->code, c->flags)) {
             pg_conn_error(p,
                           "deciding: the database answered code %d, flags "
                           "%u to a call of op %d, which this leased does "
@@ -278,6 +307,12 @@ int pgstore_done(struct pgstore *p, struct pgstore_call **calls, int *err,
     p->first = (p->first + 1) % PGSTORE_PIPELINE_MAX;
     p->npipe--;
     return 1;
+}
+
+void pgstore_set_listener(struct pgstore *p, int32_t key, int32_t pid)
+{
+    p->line_key = key;
+    p->line_pid = pid;
 }
 
 int pgstore_socket(const struct pgstore *p)

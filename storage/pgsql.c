@@ -2,12 +2,20 @@
  * The SQL of the PostgreSQL store (see pgsql.h), which the storage/pg_*.c
  * files run.
  *
- * Schema (leased_meta 'schema_version' = 5):
+ * Schema (leased_meta 'schema_version' = 6):
  *   leased_leases(session bytea PRIMARY KEY, owner bytea, token bigint,
  *                 expiry_ns bigint, generation bigint)
  *     owner '' means released; expiry_ns is the database's clock, ns since
  *     the epoch; generation is the primary generation (below) of the
  *     row's last takeover.
+ *   leased_waiters(id bigserial PRIMARY KEY, session bytea, owner bytea,
+ *                  lk int, lp int, call bigint)
+ *     the lines of Wait calls: per session, in id order, first come
+ *     first served. (lk, lp) names the listening connection of the
+ *     replica that has the call (its number `call` there): that
+ *     connection holds advisory lock (lk, lp) and LISTENs on channel
+ *     "leased_w<lk>", so a waiter whose replica is gone (its connection
+ *     closed, the lock with it) is skipped and deleted, never granted.
  *   leased_meta(key text PRIMARY KEY, value bigint)
  *     'ttl_ns': the TTL every replica must use;
  *     'token_floor': the highest token of every row ever deleted; a new
@@ -170,6 +178,80 @@ static const char leased_rule[] =
     " END CASE; "
     "END $$";
 
+/* Whether the replica's listening connection that holds advisory lock
+ * (lk, lp) is there: another backend holds the lock. A batch's backend is
+ * never a listening one, so the lock a row names with this backend's pid
+ * is that of a connection gone. */
+static const char leased_listening[] =
+    "CREATE OR REPLACE FUNCTION leased_listening(lk int, lp int) "
+    "RETURNS boolean LANGUAGE sql VOLATILE AS $$ SELECT lp <> "
+    "pg_backend_pid() AND NOT pg_try_advisory_xact_lock(lk, lp) $$";
+
+/* A Wait's steps in its line (leased_decide's ops 5 to 7), for call c
+ * of the replica listening as (wk, wp). Looking again: 5 and when the
+ * lease may end (e) while in line, 6 once not. Joining (o its owner).
+ * Leaving: 3, or 6 when no longer in line. */
+static const char leased_look[] =
+    "CREATE OR REPLACE FUNCTION leased_look(sess bytea, wk int, wp int, "
+    " c bigint, e bigint, OUT code int, OUT exp bigint) "
+    "LANGUAGE sql STABLE AS $$ SELECT CASE WHEN w THEN 5 ELSE 6 END, "
+    "CASE WHEN w THEN e END FROM (SELECT EXISTS (SELECT 1 "
+    "FROM leased_waiters WHERE session = sess AND lk = wk AND lp = wp "
+    "AND call = c) AS w) x $$";
+static const char leased_join[] =
+    "CREATE OR REPLACE FUNCTION leased_join(sess bytea, o bytea, wk int, "
+    " wp int, c bigint) RETURNS void LANGUAGE sql VOLATILE AS $$ "
+    "INSERT INTO leased_waiters (session, owner, lk, lp, call) "
+    "VALUES (sess, o, wk, wp, c) $$";
+static const char leased_leave[] =
+    "CREATE OR REPLACE FUNCTION leased_leave(sess bytea, wk int, wp int, "
+    " c bigint) RETURNS int LANGUAGE sql VOLATILE AS $$ WITH gone AS ("
+    "DELETE FROM leased_waiters WHERE session = sess AND lk = wk "
+    "AND lp = wp AND call = c RETURNING 1) "
+    "SELECT CASE WHEN EXISTS (SELECT 1 FROM gone) THEN 3 ELSE 6 END $$";
+
+/* When a lease may end, as a Wait sees it: its expiry, or the end of
+ * the quarantine that keeps it live past it (q). */
+static const char leased_end[] =
+    "CREATE OR REPLACE FUNCTION leased_end(expiry_ns bigint, q boolean, "
+    " qend bigint) RETURNS bigint LANGUAGE sql IMMUTABLE AS "
+    "$$ SELECT CASE WHEN q THEN greatest(expiry_ns, qend) "
+    "ELSE expiry_ns END $$";
+
+/* The lease of sess (locked by the caller) ended: the first in its line
+ * whose replica is there takes it, as its Acquire would (leased_rule),
+ * and its replica is told on channel leased_w<lk>, with "call token
+ * expiry flags", once this transaction commits. Waiters whose replica is
+ * gone are deleted on the way. Returns whether the line had anyone. */
+static const char leased_hand_over[] =
+    "CREATE OR REPLACE FUNCTION leased_hand_over(sess bytea, ttl bigint, "
+    " gen bigint, qend bigint) RETURNS boolean LANGUAGE plpgsql AS $$ "
+    "DECLARE r leased_leases; w leased_waiters; now_ns bigint; d record; "
+    " found_any boolean := false; "
+    "BEGIN "
+    " SELECT * INTO r FROM leased_leases WHERE session = sess; "
+    " LOOP "
+    "  SELECT * INTO w FROM leased_waiters WHERE session = sess "
+    "   ORDER BY id LIMIT 1; "
+    "  IF NOT FOUND THEN RETURN found_any; END IF; "
+    "  found_any := true; "
+    "  DELETE FROM leased_waiters WHERE id = w.id; "
+    "  CONTINUE WHEN NOT leased_listening(w.lk, w.lp); "
+    "  now_ns := leased_now(); "
+    "  d := leased_rule(1, true, r.owner, r.token, r.expiry_ns, "
+    "   leased_quarantined(r.generation, gen, qend, now_ns), w.owner, 0, "
+    "   now_ns, ttl); "
+    "  IF d.code <> 0 OR d.flags & 1 = 0 THEN "
+    "   RAISE EXCEPTION 'leased_hand_over: the lease is live'; "
+    "  END IF; "
+    "  UPDATE leased_leases SET owner = d.owner, token = d.tok, "
+    "   expiry_ns = d.exp, generation = gen WHERE session = sess; "
+    "  PERFORM pg_notify('leased_w' || w.lk, w.call || ' ' || d.tok || "
+    "   ' ' || d.exp || ' ' || d.flags); "
+    "  RETURN true; "
+    " END LOOP; "
+    "END $$";
+
 /* A batch: calls i = 1..n, op[i] an enum rules_op, in session order
  * (then arrival order), decided in their order, one row each: code (enum
  * rules_code), the lease's token and expiry (code 0), flags (enum
@@ -177,6 +259,16 @@ static const char leased_rule[] =
  * after expiry), and the time of the decision. One statement for the
  * whole batch: its calls cost no round trip, parse or plan of their own.
  * The floor lock first.
+ *
+ * Three more ops are a Wait's (enum pgstore_line), t[i] its call number
+ * at the replica whose listening connection is (wk, wp): 5 joins, an
+ * Acquire that, refused because another holds the lease, joins the line
+ * instead (code 5, exp when the lease may end: its expiry, or the
+ * quarantine's end); 6 looks again (code 5 and exp while in line, 6 once
+ * not: it was granted, and told on its channel); 7 leaves (3, or 6 when
+ * no longer in line). A lease that ended, with a line, goes to the first
+ * in line before any other call decides on it (leased_hand_over), and a
+ * release hands it over at once.
  *
  * A renewal of a live lease by its holder, the common call, takes the
  * short path. Consecutive renewals, each the first call of its session
@@ -204,11 +296,11 @@ static const char leased_rule[] =
  * and planned again in every transaction. */
 static const char leased_decide[] =
     "CREATE OR REPLACE FUNCTION leased_decide(op int[], s bytea[], "
-    " o bytea[], t bigint[], ttl bigint, OUT code int, OUT tok bigint, "
-    " OUT exp bigint, OUT flags int, OUT now_ns bigint) "
+    " o bytea[], t bigint[], ttl bigint, wk int, wp int, OUT code int, "
+    " OUT tok bigint, OUT exp bigint, OUT flags int, OUT now_ns bigint) "
     "RETURNS SETOF record LANGUAGE plpgsql "
     "SET enable_seqscan = off SET enable_bitmapscan = off AS $$ "
-    "DECLARE r leased_leases; had boolean; d record; "
+    "DECLARE r leased_leases; had boolean; d record; q boolean; "
     " gen bigint; qend bigint; n int := cardinality(op); "
     " j int; run_end int := 0; run_now bigint; u record; "
     " rcode int[]; rtok bigint[]; rexp bigint[]; "
@@ -271,23 +363,49 @@ static const char leased_decide[] =
     "  <<one>> LOOP "
     "   SELECT * INTO r FROM leased_leases WHERE session = s[i] FOR UPDATE; "
     "   had := FOUND; "
+    "   now_ns := leased_now(); "
+    "   q := had AND leased_quarantined(r.generation, gen, qend, now_ns); "
+    /* A Wait's call ended: it leaves the line. */
+    "   IF op[i] = 7 THEN code := leased_leave(s[i], wk, wp, t[i]); "
+    "    EXIT one; END IF; "
+    /* A lease that ended goes to the first in line before any call but
+     * a release can take it, or its holder reclaim it. */
+    "   IF had AND op[i] <> 3 "
+    "    AND NOT leased_is_live(r.owner, r.expiry_ns, q, now_ns) "
+    "    AND leased_hand_over(s[i], ttl, gen, qend) THEN CONTINUE one; "
+    "   END IF; "
+    /* A Wait in line looks again. */
+    "   IF op[i] = 6 THEN "
+    "    d := leased_look(s[i], wk, wp, t[i], "
+    "     coalesce(leased_end(r.expiry_ns, q, qend), now_ns + ttl)); "
+    "    code := d.code; exp := d.exp; EXIT one; "
+    "   END IF; "
     /* A new row starts above the floor: leased_rule adds the 1. */
-    "   IF NOT had AND op[i] = 1 THEN "
+    "   IF NOT had AND op[i] IN (1, 5) THEN "
     "    SELECT value INTO r.token FROM leased_meta "
     "     WHERE key = 'token_floor'; "
     "   END IF; "
-    "   now_ns := leased_now(); "
-    "   d := leased_rule(op[i], had, r.owner, r.token, r.expiry_ns, "
-    "    leased_quarantined(r.generation, gen, qend, now_ns), o[i], t[i], "
-    "    now_ns, ttl); "
+    /* A Wait is decided as an Acquire... */
+    "   d := leased_rule(CASE op[i] WHEN 5 THEN 1 ELSE op[i] END, had, "
+    "    r.owner, r.token, r.expiry_ns, q, o[i], t[i], now_ns, ttl); "
     "   code := d.code; flags := d.flags; "
+    /* ...but, refused because another holds the lease, joins the line,
+     * with when the lease may end. */
+    "   IF code = 1 AND op[i] = 5 THEN "
+    "    PERFORM leased_join(s[i], o[i], wk, wp, t[i]); "
+    "    code := 5; exp := leased_end(r.expiry_ns, q, qend); EXIT one; "
+    "   END IF; "
     "   IF code <> 0 THEN EXIT one; END IF; "
     "   tok := d.tok; exp := d.exp; "
-    /* A takeover stamps the row with this primary's generation. */
+    /* A takeover stamps the row with this primary's generation; a
+     * release hands the lease to the first in line. */
     "   IF had THEN "
     "    UPDATE leased_leases SET owner = d.owner, token = d.tok, "
     "     expiry_ns = d.exp, generation = CASE WHEN d.flags & 1 = 1 "
     "     THEN gen ELSE generation END WHERE session = s[i]; "
+    "    IF op[i] = 3 THEN "
+    "     PERFORM leased_hand_over(s[i], ttl, gen, qend); "
+    "    END IF; "
     "    EXIT one; "
     "   END IF; "
     "   INSERT INTO leased_leases VALUES (s[i], d.owner, d.tok, d.exp, gen) "
@@ -300,6 +418,87 @@ static const char leased_decide[] =
     " END LOOP; "
     "END $$";
 
+/* The batch of versions 2 to 5, which their replicas still call during
+ * an upgrade: no Waits, the same decisions (a release hands over). */
+static const char leased_decide_5[] =
+    "CREATE OR REPLACE FUNCTION leased_decide(op int[], s bytea[], "
+    " o bytea[], t bigint[], ttl bigint, OUT code int, OUT tok bigint, "
+    " OUT exp bigint, OUT flags int, OUT now_ns bigint) "
+    "RETURNS SETOF record LANGUAGE sql AS "
+    "$$ SELECT * FROM leased_decide(op, s, o, t, ttl, NULL, NULL) $$";
+
+/* An operator's Revoke (core/rules.h) of sess: the held row, locked,
+ * and whether it was released (tk: its token, or 0 for any); no row
+ * when nobody holds the session. It ends a lease as a Release does
+ * (owner '', token and expiry kept), and hands it to the first in
+ * line. */
+static const char leased_revoke[] =
+    "CREATE OR REPLACE FUNCTION leased_revoke(sess bytea, tk bigint, "
+    " ttl bigint, OUT o bytea, OUT tok bigint, OUT exp bigint, "
+    " OUT revoked boolean) RETURNS SETOF record LANGUAGE plpgsql AS $$ "
+    "DECLARE r leased_leases; "
+    "BEGIN "
+    " SELECT * INTO r FROM leased_leases l WHERE l.session = sess "
+    "  AND l.owner <> '' FOR UPDATE; "
+    " IF NOT FOUND THEN RETURN; END IF; "
+    " o := r.owner; tok := r.token; exp := r.expiry_ns; "
+    " revoked := tk = 0 OR r.token = tk; "
+    " IF revoked THEN "
+    "  UPDATE leased_leases l SET owner = '' WHERE l.session = sess; "
+    "  PERFORM leased_hand_over(sess, ttl, "
+    "   leased_meta_value('generation'), "
+    "   leased_meta_value('quarantine_end_ns')); "
+    " END IF; "
+    " RETURN NEXT; "
+    "END $$";
+
+/* Rows expired or released for longer than a TTL, not quarantined, with
+ * no line, and not locked by a batch; and the waiters whose replica is
+ * gone; one collector at a time. */
+static const char leased_collect[] =
+    "CREATE OR REPLACE FUNCTION leased_collect(ttl bigint, lim int, "
+    " OUT collected bigint, OUT expired bigint) "
+    "LANGUAGE plpgsql AS $$ "
+    "DECLARE now_ns bigint := leased_now(); top bigint; "
+    "BEGIN "
+    " collected := 0; expired := 0; "
+    " IF NOT pg_try_advisory_xact_lock(1818583411, 3) OR (NOT EXISTS ("
+    "   SELECT 1 FROM leased_leases l WHERE l.expiry_ns < now_ns - ttl "
+    "   AND NOT leased_live(l, now_ns)) AND NOT EXISTS ("
+    "   SELECT 1 FROM leased_waiters w "
+    "   WHERE NOT leased_listening(w.lk, w.lp))) THEN RETURN; END IF; "
+    " PERFORM pg_advisory_xact_lock(1818583411, 2); "
+    " DELETE FROM leased_waiters WHERE id IN (SELECT id "
+    "  FROM leased_waiters w WHERE NOT leased_listening(w.lk, w.lp) "
+    "  LIMIT lim); "
+    " now_ns := leased_now(); "
+    " WITH gone AS (DELETE FROM leased_leases WHERE session IN ("
+    "   SELECT session FROM leased_leases l WHERE l.expiry_ns < now_ns - ttl"
+    "   AND NOT leased_live(l, now_ns) AND NOT EXISTS (SELECT 1 "
+    "   FROM leased_waiters w WHERE w.session = l.session) "
+    "   LIMIT lim FOR UPDATE SKIP LOCKED) "
+    "  RETURNING token, owner) "
+    " SELECT count(*), count(*) FILTER (WHERE owner <> ''), max(token) "
+    "  INTO collected, expired, top FROM gone; "
+    " IF collected > 0 THEN "
+    "  UPDATE leased_meta SET value = greatest(value, top) "
+    "   WHERE key = 'token_floor'; "
+    " END IF; "
+    "END $$";
+
+/* The lines of Waits (see the top). */
+static const char leased_waiters_table[] =
+    "CREATE TABLE IF NOT EXISTS leased_waiters ("
+    " id bigserial PRIMARY KEY,"
+    " session bytea NOT NULL,"
+    " owner bytea NOT NULL,"
+    " lk int NOT NULL,"
+    " lp int NOT NULL,"
+    " call bigint NOT NULL)";
+static const char leased_waiters_line[] =
+    "CREATE INDEX IF NOT EXISTS leased_waiters_line "
+    "ON leased_waiters (session, id)";
+
 /* Created once, in this order, in one transaction under the schema lock.
  * Each entry is one statement (pipeline mode sends no scripts). */
 const char *const pgsql_schema[] = {
@@ -309,6 +508,9 @@ const char *const pgsql_schema[] = {
     " token bigint NOT NULL,"
     " expiry_ns bigint NOT NULL,"
     " generation bigint NOT NULL)",
+
+    leased_waiters_table,
+    leased_waiters_line,
 
     "CREATE FUNCTION leased_now() RETURNS bigint LANGUAGE sql VOLATILE AS "
     "$$ SELECT (extract(epoch FROM clock_timestamp()) * 1000000000)"
@@ -327,32 +529,17 @@ const char *const pgsql_schema[] = {
     leased_extend,
     leased_live,
     leased_rule,
+    leased_listening,
+    leased_look,
+    leased_join,
+    leased_leave,
+    leased_end,
+    leased_hand_over,
     leased_decide,
 
-    /* Rows expired or released for longer than a TTL, not quarantined,
-     * and not locked by a batch; one collector at a time. */
-    "CREATE FUNCTION leased_collect(ttl bigint, lim int, "
-    " OUT collected bigint, OUT expired bigint) "
-    "LANGUAGE plpgsql AS $$ "
-    "DECLARE now_ns bigint := leased_now(); top bigint; "
-    "BEGIN "
-    " collected := 0; expired := 0; "
-    " IF NOT pg_try_advisory_xact_lock(1818583411, 3) OR NOT EXISTS ("
-    "   SELECT 1 FROM leased_leases l WHERE l.expiry_ns < now_ns - ttl "
-    "   AND NOT leased_live(l, now_ns)) THEN RETURN; END IF; "
-    " PERFORM pg_advisory_xact_lock(1818583411, 2); "
-    " now_ns := leased_now(); "
-    " WITH gone AS (DELETE FROM leased_leases WHERE session IN ("
-    "   SELECT session FROM leased_leases l WHERE l.expiry_ns < now_ns - ttl"
-    "   AND NOT leased_live(l, now_ns) LIMIT lim FOR UPDATE SKIP LOCKED) "
-    "  RETURNING token, owner) "
-    " SELECT count(*), count(*) FILTER (WHERE owner <> ''), max(token) "
-    "  INTO collected, expired, top FROM gone; "
-    " IF collected > 0 THEN "
-    "  UPDATE leased_meta SET value = greatest(value, top) "
-    "   WHERE key = 'token_floor'; "
-    " END IF; "
-    "END $$",
+    leased_decide_5,
+    leased_revoke,
+    leased_collect,
 };
 
 const size_t pgsql_schema_count = sizeof(pgsql_schema) / sizeof(*pgsql_schema);
@@ -365,10 +552,18 @@ const size_t pgsql_schema_count = sizeof(pgsql_schema) / sizeof(*pgsql_schema);
  * the rules written inline); this one replaces theirs in place,
  * deciding the same, so replicas of those versions still running call it
  * unchanged. Version 5 added leased_rule and the words it is made of,
- * which leased_live now uses too (the same answers). */
+ * which leased_live now uses too (the same answers). Version 6 added the
+ * lines of Waits: leased_decide takes two more arguments (the version of
+ * five calls it), a release or revoke hands the lease over, and
+ * collection keeps rows with a line. */
 const char *const pgsql_upgrade[] = {
-    leased_expired, leased_is_live, leased_quarantined, leased_holds,
-    leased_extend,  leased_live,    leased_rule,        leased_decide,
+    leased_waiters_table, leased_waiters_line, leased_expired,
+    leased_is_live,       leased_quarantined,  leased_holds,
+    leased_extend,        leased_live,         leased_rule,
+    leased_listening,     leased_look,         leased_join,
+    leased_leave,         leased_end,          leased_hand_over,
+    leased_decide,        leased_decide_5,     leased_revoke,
+    leased_collect,
 };
 const size_t pgsql_upgrade_count =
     sizeof(pgsql_upgrade) / sizeof(*pgsql_upgrade);
@@ -376,7 +571,8 @@ const size_t pgsql_upgrade_count =
 /* Prepared on every connection, named by their index ("s0", "s1"…). */
 const char *const pgsql_stmt[PGSQL_COUNT] = {
     [PGSQL_DECIDE] = "SELECT * FROM leased_decide($1::int[], $2::bytea[], "
-                     "$3::bytea[], $4::bigint[], $5::bigint)",
+                     "$3::bytea[], $4::bigint[], $5::bigint, $6::int, "
+                     "$7::int)",
     [PGSQL_ROLLBACK] = "ROLLBACK",
     [PGSQL_GET] =
         "SELECT owner, token, expiry_ns, leased_live(l, leased_now()) "
@@ -399,19 +595,9 @@ const char *const pgsql_stmt[PGSQL_COUNT] = {
         "AS live, count(*) AS entries, coalesce(max(token), 0) AS top "
         "FROM leased_leases l) a",
     [PGSQL_COLLECT] = "SELECT * FROM leased_collect($1::bigint, $2::int)",
-    /* An operator's Revoke (core/rules.h): the held row, locked, and
-     * whether it was released ($2: its token, or 0 for any); no row when
-     * nobody holds the session. A statement of its own, not a function
-     * of the schema: it reads neither clock nor floor, and ends a lease
-     * as a Release does (owner '', token and expiry kept). */
-    [PGSQL_REVOKE] =
-        "WITH old AS (SELECT owner, token, expiry_ns FROM leased_leases "
-        " WHERE session = $1::bytea AND owner <> '' FOR UPDATE), "
-        "gone AS (UPDATE leased_leases l SET owner = ''::bytea FROM old "
-        " WHERE l.session = $1::bytea "
-        " AND ($2::bigint = 0 OR old.token = $2::bigint) RETURNING 1) "
-        "SELECT owner, token, expiry_ns, EXISTS (SELECT 1 FROM gone) "
-        "FROM old",
+    /* $3: the TTL, for a hand-over (leased_revoke). */
+    [PGSQL_REVOKE] = "SELECT * FROM leased_revoke($1::bytea, $2::bigint, "
+                     "$3::bigint)",
 };
 
 /* --- The one-off statements of the blocking calls (see pgsql.h) ------- */

@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-#define PGSQL_SCHEMA_VERSION 5
+#define PGSQL_SCHEMA_VERSION 6
 
 /* The schema, one statement each, created in this order in one
  * transaction. */

@@ -63,9 +63,27 @@ enum store_err pgstore_connect(struct pgstore *p,
 /* Closes the connection and frees the store. Accepts NULL. */
 void pgstore_close(struct pgstore *p);
 
+/* The steps of a Wait in the database's line (pgsql.c): join it (an
+ * Acquire that, refused, joins the line), look again (at the time its
+ * lease may end), leave (the call ended). */
+enum pgstore_line {
+    PGSTORE_LINE_NONE,
+    PGSTORE_LINE_JOIN = 5,
+    PGSTORE_LINE_LOOK = 6,
+    PGSTORE_LINE_LEAVE = 7,
+};
+
+/* The codes of a step, beside enum rules_code's: in line (expiry_ns:
+ * when the lease may end), and not in line (granted, and told through
+ * pgstore_notified(); or, after a leave, gone: RULES_NOOP). */
+#define PGSTORE_IN_LINE 5
+#define PGSTORE_NOT_IN_LINE 6
+
 /* One lease call and its outcome. Strings are borrowed. */
 struct pgstore_call {
     enum rules_op op;
+    enum pgstore_line line; /* a Wait's step: op is RULES_ACQUIRE, token
+                               the call's number at this replica */
     const char *session;
     size_t session_len;
     const char *owner;
@@ -120,6 +138,10 @@ int pgstore_read(struct pgstore *p);
  * all there, or STORE_EDOWN. */
 int pgstore_done(struct pgstore *p, struct pgstore_call **calls, int *err,
                  int64_t *db_now_ns);
+
+/* The replica's listening connection (pgstore_listen()) that the Waits
+ * a batch sends from now on name; 0, 0 for none. */
+void pgstore_set_listener(struct pgstore *p, int32_t key, int32_t pid);
 
 /* The connection's socket, -1 when there is none. */
 int pgstore_socket(const struct pgstore *p);
@@ -195,6 +217,23 @@ enum store_err pgstore_import(struct pgstore *p, const struct lease_row *rows,
  * was raised. */
 enum store_err pgstore_raise_tokens(struct pgstore *p, uint64_t floor,
                                     size_t *raised);
+
+/* --- Listening: the replica's connection for its Waits' grants -------
+ *
+ * A connection that decides nothing: it holds advisory lock (*key, *pid)
+ * for as long as it is open, which keeps its Waits in their lines, and
+ * hears of their grants. Blocking; right after pgstore_connect(). */
+enum store_err pgstore_listen(struct pgstore *p, int32_t *key, int32_t *pid);
+
+/* Takes what the listening connection's socket has (call it when it is
+ * readable) and calls granted(arg, call, token, expiry_ns, flags) for
+ * each grant it heard of. STORE_OK, or STORE_EDOWN (the connection is
+ * lost: so are the grants it had not heard of yet). */
+int pgstore_notified(struct pgstore *p,
+                     void (*granted)(void *arg, uint64_t call,
+                                     uint64_t token, int64_t expiry_ns,
+                                     unsigned flags),
+                     void *arg);
 
 /* The reason of the last error, for logs and replies. */
 const char *pgstore_errmsg(const struct pgstore *p);

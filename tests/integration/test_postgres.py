@@ -32,7 +32,7 @@ from harness import Leased, expect_code, status_of  # noqa: E402
 OK = grpc.StatusCode.OK
 HELD = grpc.StatusCode.FAILED_PRECONDITION
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
-SCHEMA_VERSION = "5"  # storage/pgsql.h
+SCHEMA_VERSION = "6"  # storage/pgsql.h
 
 _names = 0
 
@@ -947,7 +947,7 @@ def test_replicas_starting_at_once_make_the_schema_once():
                                dbname=name) == SCHEMA_VERSION
             assert server.psql("SELECT count(*) FROM pg_proc WHERE "
                                "proname = 'leased_decide'",
-                               dbname=name) == "1"
+                               dbname=name) == "2"
             # Both serve, the same leases.
             ca, cb = a.client(), b.client()
             s = "start-%d" % attempt
@@ -1076,6 +1076,17 @@ def test_schema_of_version_4_is_upgraded_keeping_its_leases():
     upgraded_keeping_leases(4)
 
 
+def test_schema_of_version_5_is_upgraded_keeping_its_leases():
+    name = upgraded_keeping_leases(5)
+    # Replicas of version 5 still running call the batch with five
+    # arguments: it decides as before.
+    got = harness.shared_postgres().psql(
+        "SELECT code, tok FROM leased_decide(ARRAY[1, 1], "
+        "ARRAY['kept', 'kept']::bytea[], ARRAY['alice', 'carol']::bytea[], "
+        "ARRAY[0, 0]::bigint[], %d)" % UPGRADE_TTL_NS, dbname=name)
+    assert got.splitlines() == ["0|7", "1|"], got
+
+
 # --- 4. Bad configuration ------------------------------------------------
 
 def test_bad_configuration_is_refused_clearly():
@@ -1180,7 +1191,9 @@ def test_a_role_with_table_rights_only_uses_a_made_schema():
     password = "Table-Rights-6620"
     server.add_role(role, password=password)
     server.psql("GRANT SELECT, INSERT, UPDATE, DELETE ON leased_leases, "
-                "leased_meta TO %s" % role, dbname=name)
+                "leased_meta, leased_waiters TO %s;"
+                "GRANT USAGE ON SEQUENCE leased_waiters_id_seq TO %s"
+                % (role, role), dbname=name)
     with Leased(ttl="20s", postgres=server.conninfo(
             user=role, password=password, dbname=name)) as d:
         c = d.client()
@@ -1437,9 +1450,10 @@ def test_an_answer_this_leased_does_not_know_is_no_refusal():
         assert c.acquire("s", "alice").token == 1
         server.psql(
             "ALTER FUNCTION leased_decide(int[], bytea[], bytea[], bigint[], "
-            "bigint) RENAME TO leased_decide_kept;"
+            "bigint, int, int) RENAME TO leased_decide_kept;"
             "CREATE FUNCTION leased_decide(op int[], s bytea[], o bytea[], "
-            "t bigint[], ttl bigint, OUT code int, OUT tok bigint, "
+            "t bigint[], ttl bigint, wk int, wp int, OUT code int, "
+            "OUT tok bigint, "
             "OUT exp bigint, OUT flags int, OUT now_ns bigint) "
             "RETURNS SETOF record LANGUAGE plpgsql AS $$ BEGIN "
             "FOR i IN 1 .. cardinality(op) LOOP code := 9; tok := NULL; "
@@ -1449,9 +1463,10 @@ def test_an_answer_this_leased_does_not_know_is_no_refusal():
         d.wait_log(r"the database answered code 9, flags 0 to a call of "
                    r"op 1, which this leased does not know")
         server.psql("DROP FUNCTION leased_decide(int[], bytea[], bytea[], "
-                    "bigint[], bigint);"
+                    "bigint[], bigint, int, int);"
                     "ALTER FUNCTION leased_decide_kept(int[], bytea[], "
-                    "bytea[], bigint[], bigint) RENAME TO leased_decide",
+                    "bytea[], bigint[], bigint, int, int) "
+                    "RENAME TO leased_decide",
                     dbname=name)
         wait_for("calls decided again", lambda: status_of(
             c.acquire, "u", "carol") == OK, 20)
