@@ -101,12 +101,21 @@ struct mode *mode_embedded_create(uv_loop_t *loop, struct store *store,
 /* The most connections a shared mode takes. */
 #define MODE_MAX_CONNECTIONS 16
 
+/* The shared mode's listening connection (Waits): a connected store
+ * that pgstore_listen() gave key and pid. */
+struct mode_listener {
+    struct pgstore *db;
+    int32_t key, pid;
+};
+
 /* Makes the shared mode over n (1..MODE_MAX_CONNECTIONS) connected
- * stores dbs[0..n) (taken: closed by the mode, or at once on failure).
- * NULL when out of memory. (mode_shared's open, and the unit tests over
- * a fake database.) */
+ * stores dbs[0..n) and listening connection l (NULL: none, and Wait is
+ * answered UNIMPLEMENTED), all taken: closed by the mode, or at once on
+ * failure. NULL when out of memory. (mode_shared's open, and the unit
+ * tests over a fake database.) */
 struct mode *mode_shared_create(uv_loop_t *loop, struct pgstore *const *dbs,
-                                size_t n, int64_t ttl_ns,
+                                size_t n, const struct mode_listener *l,
+                                int64_t ttl_ns,
                                 const struct mode_hooks *hooks);
 
 /* Opens n connections to cfg's PostgreSQL (dbs[0..n)), the schema made

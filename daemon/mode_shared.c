@@ -78,6 +78,9 @@
 #define COLLECT_MIN_MS 1000
 #define COLLECT_MAX_MS 30000
 #define CLOCK_STEP_NS INT64_C(1000000000)
+#define LINE_BUCKETS 4096
+#define LOOK_SLACK_NS INT64_C(1000000) /* after a lease's end, a look */
+#define LINE_RETRY_NS (BACKOFF_MIN_MS * INT64_C(1000000))
 
 static_assert(PIPELINE <= PGSTORE_PIPELINE_MAX, "the store's pipeline");
 static_assert(MODE_MAX_CONNECTIONS <= UINT8_MAX, "inflight_on");
@@ -112,7 +115,8 @@ struct batch {
     struct request *list;
     struct pgstore_call *calls; /* MAX_BATCH, one per request */
     size_t ncalls;
-    int64_t sent_ns; /* monotonic */
+    int64_t sent_ns;   /* monotonic */
+    int64_t db_now_ns; /* the database's clock as it decided */
 };
 
 /* One connection to the database. */
@@ -135,6 +139,7 @@ struct slot {
     struct pgstore_stats stats;
     struct pgstore_primary primary;
 
+    int32_t listen_key, listen_pid; /* the listener's, once connected */
     int backoff_ms;
     int64_t next_connect_ms;
     /* The database clock's offset from the monotonic one at the last
@@ -157,6 +162,18 @@ struct replica {
     struct pgstore_stats last_stats; /* the last the database gave */
     int64_t primary_seen_us; /* the primary start last logged as new */
     struct log_limit fail_log, warn_log;
+    /* Waits (see "Waits" below): the listening connection (none in the
+     * unit tests' replicas), its lock while it is READY (0, 0 when not),
+     * how many times it was lost, and this replica's Waits in the
+     * database's lines, by number. */
+    struct slot listener;
+    bool has_listener;
+    int32_t line_key, line_pid;
+    uint32_t line_gen;
+    uint64_t next_call;
+    struct request *line[LINE_BUCKETS];
+    size_t nline, njoined; /* in the table; of those, in a line for sure */
+    int64_t look_due_ns; /* the wake-up set (monotonic), 0 when none */
 };
 
 static size_t slot_index(const struct slot *sl)
@@ -328,6 +345,7 @@ static enum rules_op rules_op_of(enum request_op op)
 {
     switch (op) {
     case OP_ACQUIRE:
+    case OP_WAIT: /* an Acquire that waits in line: its steps' op */
         return RULES_ACQUIRE;
     case OP_RENEW:
         return RULES_RENEW;
@@ -336,6 +354,280 @@ static enum rules_op rules_op_of(enum request_op op)
     default:
         abort(); /* only lease calls are batched */
     }
+}
+
+/* --- Waits: the database's lines ---------------------------------------
+ *
+ * A Wait goes to the database as an Acquire that, refused because
+ * another holds the lease, joins its session's line there
+ * (PGSTORE_LINE_JOIN). From then on it is in this replica's table
+ * `line`, and the database grants it: a release, a revoke, or the first
+ * call after the lease's end hands the lease to the first in line, and
+ * tells this replica's listening connection, whose advisory lock keeps
+ * the line's places of this replica's Waits; on_granted() answers it.
+ * An expiry is nobody's call: the replica looks again
+ * (PGSTORE_LINE_LOOK) when the lease may end, as the database said at
+ * the last step, which hands the lease over if it did. A Wait whose
+ * call ended leaves (PGSTORE_LINE_LEAVE); one the database granted
+ * meanwhile is granted (its answer says so).
+ *
+ * Losing the listening connection loses the places (the lock goes with
+ * the connection) and any grant not yet heard of: every Wait in the
+ * table is answered UNAVAILABLE, and its caller waits again, at the end
+ * of a line (a grant made meanwhile is its owner's: an Acquire or Wait
+ * of that owner gets it back). So does a drain, which closes it first.
+ *
+ * A Wait in the table is idle (its next step, `line_step`, due at
+ * `line_look_ns`) or busy (that step in a batch, or queued for one);
+ * one that lost its place is out of the table, and answered once its
+ * step comes back (`line_gen` tells it).
+ */
+
+static void after_event(struct replica *r);
+static void on_look(struct mode *m);
+
+static bool listening(const struct replica *r)
+{
+    return r->line_key != 0;
+}
+
+/* Shows how many Waits are in a line, for sure (leased_waiting_calls):
+ * not those whose join is under way. */
+static void count_waiting(const struct replica *r)
+{
+    atomic_store(&metrics.waiting_calls, (int64_t)r->njoined);
+}
+
+static void line_add(struct replica *r, struct request *req)
+{
+    struct request **b = &r->line[req->line_call % LINE_BUCKETS];
+    req->line_next = *b;
+    *b = req;
+    r->nline++;
+    count_waiting(r);
+}
+
+/* The Wait numbered call in the table, or NULL; taken out when take. */
+static struct request *line_find(struct replica *r, uint64_t call, bool take)
+{
+    for (struct request **p = &r->line[call % LINE_BUCKETS]; *p != NULL;
+         p = &(*p)->line_next) {
+        struct request *req = *p;
+        if (req->line_call != call)
+            continue;
+        if (take) {
+            *p = req->line_next;
+            req->line_next = NULL;
+            r->nline--;
+            r->njoined -= req->line_joined;
+            count_waiting(r);
+        }
+        return req;
+    }
+    return NULL;
+}
+
+/* Whether req (a Wait) still has its place: the listening connection it
+ * joined by is the one there is. */
+static bool placed(const struct replica *r, const struct request *req)
+{
+    return listening(r) && req->line_gen == r->line_gen;
+}
+
+/* Sets the wake-up for due_ns (monotonic) unless one is set for
+ * earlier. */
+static void look_at(struct replica *r, int64_t due_ns)
+{
+    if (r->look_due_ns != 0 && r->look_due_ns <= due_ns)
+        return;
+    r->look_due_ns = due_ns;
+    int64_t now = clock_mono_ns();
+    uint64_t ms =
+        due_ns > now ? (uint64_t)((due_ns - now + 999999) / 1000000) : 0;
+    mode_wake_after(&r->base, ms, on_look);
+}
+
+/* Queues req's step (its line_step) for a batch. */
+static void line_send(struct replica *r, struct request *req)
+{
+    req->line_busy = true;
+    req->next = NULL;
+    mode_push(&r->leases, req);
+}
+
+/* req, idle in the table, takes step at due_ns. */
+static void line_idle(struct replica *r, struct request *req,
+                      enum pgstore_line step, int64_t due_ns)
+{
+    req->line_busy = false;
+    req->line_step = (uint8_t)step;
+    req->line_look_ns = due_ns;
+    if (due_ns != INT64_MAX)
+        look_at(r, due_ns);
+}
+
+/* The call of req (in the table) ended: it leaves its line, answered
+ * CANCELLED once out of it (unless granted first). */
+static void line_leave(struct replica *r, struct request *req)
+{
+    mode_ended(req);
+    req->line_step = PGSTORE_LINE_LEAVE;
+    line_send(r, req);
+}
+
+/* Answers req, which lost its place (or never had one): its grant if
+ * one came, else why not. */
+static void line_dropped(struct replica *r, struct request *req,
+                         const char *why)
+{
+    req->line_busy = false;
+    if (!req->line_granted) {
+        if (atomic_load(&req->ended))
+            mode_ended(req);
+        else
+            mode_refuse(req, r->base.draining ? "draining" : why);
+    }
+    req->next = NULL;
+    mode_answer(&r->base, req);
+}
+
+/* The database granted the Wait numbered call (the listening connection
+ * heard it). */
+static void on_granted(void *arg, uint64_t call, uint64_t token,
+                       int64_t expiry_ns, unsigned flags)
+{
+    struct replica *r = arg;
+    struct request *req = line_find(r, call, false);
+    if (req == NULL || req->line_granted)
+        return; /* not ours any more: the call was answered */
+    mode_decided(&r->base, req, RULES_OK, token, expiry_ns, flags);
+    mode_count(flags);
+    req->line_granted = true;
+    if (req->line_busy)
+        return; /* answered when its step comes back */
+    line_find(r, call, true);
+    req->next = NULL;
+    mode_answer(&r->base, req);
+}
+
+/* The listening connection is gone (why): so are the places of every
+ * Wait in the table, which are answered (the busy ones when their steps
+ * come back). */
+static void lose_places(struct replica *r, const char *why)
+{
+    r->line_key = r->line_pid = 0;
+    r->line_gen++;
+    for (size_t i = 0; i < LINE_BUCKETS; i++) {
+        struct request *req = r->line[i], *next;
+        r->line[i] = NULL;
+        for (; req != NULL; req = next) {
+            next = req->line_next;
+            req->line_next = NULL;
+            if (!req->line_busy)
+                line_dropped(r, req, why);
+        }
+    }
+    r->nline = r->njoined = 0;
+    count_waiting(r);
+}
+
+/* A step of req came back from a batch (ok: decided as c says, at
+ * db_now_ns on the database's clock; else its outcome is unknown). */
+static void line_answered(struct replica *r, struct request *req, bool ok,
+                          const struct pgstore_call *c, int64_t db_now_ns)
+{
+    enum pgstore_line step = req->line_step;
+    bool in_table = placed(r, req);
+    if (ok && step == PGSTORE_LINE_JOIN && c->code == RULES_OK) {
+        /* Granted at once, as an Acquire: it never joined. */
+        if (in_table)
+            line_find(r, req->line_call, true);
+        req->line_busy = false;
+        mode_count(c->flags);
+        mode_decided(&r->base, req, RULES_OK, c->granted, c->expiry_ns,
+                     c->flags);
+        mode_answer(&r->base, req);
+        return;
+    }
+    if (!in_table) {
+        line_dropped(r, req, ok ? "the replica lost its database "
+                                  "connection, and with it the place in "
+                                  "line"
+                                : "storage unavailable");
+        return;
+    }
+    if (req->line_granted) {
+        line_find(r, req->line_call, true);
+        line_dropped(r, req, NULL); /* answers the grant */
+        return;
+    }
+    int64_t now = clock_mono_ns();
+    if (!ok) {
+        /* The same step again, a little later; a join that may or may
+         * not have happened leaves, to be sure. */
+        if (step == PGSTORE_LINE_JOIN) {
+            mode_refuse(req, "storage unavailable");
+            step = PGSTORE_LINE_LEAVE;
+        }
+        line_idle(r, req, step, now + LINE_RETRY_NS);
+        return;
+    }
+    if (c->code == PGSTORE_IN_LINE && step != PGSTORE_LINE_LEAVE) {
+        if (!req->line_joined) {
+            req->line_joined = true;
+            r->njoined++;
+            count_waiting(r);
+        }
+        if (atomic_load(&req->ended)) {
+            line_leave(r, req);
+            return;
+        }
+        int64_t left = c->expiry_ns - db_now_ns;
+        line_idle(r, req, PGSTORE_LINE_LOOK,
+                  now + (left > 0 ? left : 0) + LOOK_SLACK_NS);
+    } else if (c->code == PGSTORE_NOT_IN_LINE) {
+        /* Granted: on_granted() answers it. */
+        line_idle(r, req, PGSTORE_LINE_LOOK, INT64_MAX);
+    } else { /* out of line (a leave): answered as set */
+        line_find(r, req->line_call, true);
+        req->line_busy = false;
+        req->next = NULL;
+        mode_answer(&r->base, req);
+    }
+}
+
+/* The wake-up: the Waits whose step is due take it. */
+static void on_look(struct mode *m)
+{
+    struct replica *r = (struct replica *)m;
+    r->look_due_ns = 0;
+    int64_t now = clock_mono_ns(), next = 0;
+    for (size_t i = 0; i < LINE_BUCKETS; i++)
+        for (struct request *req = r->line[i]; req != NULL;
+             req = req->line_next) {
+            if (req->line_busy || req->line_look_ns == INT64_MAX)
+                continue;
+            if (req->line_look_ns <= now)
+                line_send(r, req);
+            else if (next == 0 || req->line_look_ns < next)
+                next = req->line_look_ns;
+        }
+    if (next != 0)
+        look_at(r, next);
+    after_event(r);
+}
+
+/* The Waits whose calls ended leave their lines (the busy ones when
+ * their steps come back). */
+static void shared_cancelled(struct mode *m)
+{
+    struct replica *r = (struct replica *)m;
+    for (size_t i = 0; i < LINE_BUCKETS; i++)
+        for (struct request *req = r->line[i]; req != NULL;
+             req = req->line_next)
+            if (!req->line_busy && atomic_load(&req->ended))
+                line_leave(r, req);
+    after_event(r);
 }
 
 /* Warnings the database sent on sl's connection that change no outcome
@@ -392,6 +684,10 @@ static void answer(struct slot *sl, struct batch *b, bool ok)
         r->base.order[req->order_slot]--;
         const struct pgstore_call *c = &b->calls[i];
         req->needs_sync = false;
+        if (req->op == OP_WAIT) {
+            line_answered(r, req, ok, c, b->db_now_ns);
+            continue;
+        }
         if (ok) {
             if (c->code == RULES_OK)
                 mode_count(c->flags);
@@ -409,6 +705,7 @@ static void answer(struct slot *sl, struct batch *b, bool ok)
 static void batch_done(struct slot *sl, int err, int64_t db_now_ns)
 {
     struct batch *b = pop_batch(sl);
+    b->db_now_ns = db_now_ns;
     if (err == STORE_OK) {
         int64_t done_ns = clock_mono_ns();
         metrics_observe(&metrics.pg_round_trip_seconds,
@@ -462,13 +759,28 @@ static void take_answers(struct slot *sl, bool read)
         lost(sl, NULL);
 }
 
-static void after_event(struct replica *r);
+/* The listening connection's socket: grants, or the connection lost. */
+static void listener_poll(struct replica *r, int status)
+{
+    struct slot *sl = &r->listener;
+    int rc = status < 0 ? STORE_EDOWN : pgstore_notified(sl->db, on_granted, r);
+    if (rc == STORE_OK)
+        return;
+    lose_places(r, "the replica lost its database connection, and with it "
+                   "the place in line");
+    loop_failed(sl, STORE_EDOWN,
+                status < 0 ? "the connection's socket failed" : NULL,
+                "listen");
+    disconnect(sl);
+}
 
 static void on_poll(uv_poll_t *h, int status, int events)
 {
     struct slot *sl = h->data;
     struct replica *r = sl->r;
-    if (status < 0)
+    if (sl == &r->listener)
+        listener_poll(r, status);
+    else if (status < 0)
         lost(sl, "the connection's socket failed");
     else if (!(events & UV_WRITABLE) || flush(sl))
         take_answers(sl, events & UV_READABLE);
@@ -544,6 +856,8 @@ static void run_job(uv_work_t *w)
         break;
     case SLOT_CONNECTING:
         sl->err = pgstore_connect(sl->db, &sl->primary);
+        if (sl->err == STORE_OK && sl == &sl->r->listener)
+            sl->err = pgstore_listen(sl->db, &sl->listen_key, &sl->listen_pid);
         break;
     case SLOT_DOWN:
     case SLOT_READY:
@@ -625,8 +939,18 @@ static void connect_done(struct slot *sl)
                  "restarted: leases held before wait for the quarantine\"",
                  (long long)(sl->primary.quarantine_remaining_ns / 1000000));
     }
-    log_info("database_connected", "connection=%zu", slot_index(sl) + 1);
     sm_move(&sl->sm, SLOT_READY);
+    if (sl == &r->listener) {
+        log_info("database_connected", "connection=listening");
+        if (r->base.draining) {
+            disconnect(sl); /* no more Waits: see shared_drain() */
+            return;
+        }
+        r->line_key = sl->listen_key;
+        r->line_pid = sl->listen_pid;
+        return;
+    }
+    log_info("database_connected", "connection=%zu", slot_index(sl) + 1);
     update_serving(r);
 }
 
@@ -680,6 +1004,15 @@ static void refuse_all(struct replica *r)
     struct request *req;
     while ((req = mode_pop(&r->leases)) != NULL ||
            (req = mode_pop(&r->admins)) != NULL) {
+        if (req->op == OP_WAIT && req->line_step != PGSTORE_LINE_JOIN) {
+            /* In the table: its step waits for a connection. */
+            if (placed(r, req))
+                line_idle(r, req, req->line_step,
+                          clock_mono_ns() + LINE_RETRY_NS);
+            else
+                line_dropped(r, req, "storage unavailable");
+            continue;
+        }
         if (req->op == OP_STATS && mode_admin_start(req) == 0) {
             struct mode_counts c = counts(&r->last_stats);
             mode_admin_stats(&r->base, req, &c);
@@ -688,6 +1021,28 @@ static void refuse_all(struct replica *r)
         }
         mode_answer(&r->base, req);
     }
+}
+
+/* Whether Wait req's step can go in a batch now; if not, it is
+ * answered: a Wait joins only by a listening connection, and takes its
+ * other steps only while in the place that connection kept. */
+static bool line_sendable(struct replica *r, struct request *req)
+{
+    if (req->line_step == PGSTORE_LINE_JOIN) {
+        if (!listening(r)) {
+            line_dropped(r, req, "not listening to the database: wait "
+                                 "again");
+            return false;
+        }
+        req->line_gen = r->line_gen;
+        line_add(r, req); /* before its grant may be heard of */
+        return true;
+    }
+    if (placed(r, req))
+        return true;
+    line_dropped(r, req, "the replica lost its database connection, and "
+                         "with it the place in line");
+    return false;
 }
 
 /* Takes the lease calls waiting (up to MAX_BATCH) into batch b for slot
@@ -709,13 +1064,16 @@ static bool take_batch(struct replica *r, struct slot *sl, struct batch *b)
             mode_push(&wait, req);
             continue;
         }
+        if (req->op == OP_WAIT && !line_sendable(r, req))
+            continue; /* answered */
         b->calls[b->ncalls++] = (struct pgstore_call){
             .op = rules_op_of(req->op),
+            .line = (enum pgstore_line)req->line_step,
             .session = req->session,
             .session_len = req->session_len,
             .owner = req->owner,
             .owner_len = req->owner_len,
-            .token = req->token,
+            .token = req->op == OP_WAIT ? req->line_call : req->token,
         };
         *tail = req;
         tail = &req->next;
@@ -737,6 +1095,7 @@ static bool send_batch(struct replica *r, struct slot *sl)
         return false;
     sl->nbatches++;
     b->sent_ns = clock_mono_ns();
+    pgstore_set_listener(sl->db, r->line_key, r->line_pid);
     int err = pgstore_send(sl->db, b->calls, b->ncalls);
     if (err == STORE_EDOWN) {
         lost(sl, NULL);
@@ -846,6 +1205,11 @@ static void process(struct replica *r)
             give_work(r, sl);
         }
     }
+    struct slot *ls = &r->listener;
+    if (r->has_listener && !r->base.draining &&
+        sm_state(&ls->sm) == SLOT_DOWN &&
+        nanotime_mono_ms() >= ls->next_connect_ms)
+        start(ls, SLOT_CONNECTING);
     if (!serving(r))
         refuse_all(r); /* the connections just lost */
     /* With every pipeline full, a new call could only wait in the
@@ -871,17 +1235,36 @@ static void after_event(struct replica *r)
         process(r);
 }
 
+/* A new Wait: to join its line, by the listening connection. */
+static void submit_wait(struct replica *r, struct request *req)
+{
+    req->next = NULL;
+    if (!r->has_listener) {
+        req->status = REPLY_UNIMPLEMENTED;
+        snprintf(req->reason, sizeof(req->reason),
+                 "this replica has no listening connection");
+        mode_answer(&r->base, req);
+        return;
+    }
+    req->line_call = ++r->next_call;
+    req->line_step = PGSTORE_LINE_JOIN;
+    req->line_busy = true;
+    req->line_granted = req->line_joined = false;
+    if (r->base.draining || !listening(r)) {
+        line_dropped(r, req, "not listening to the database: wait again");
+        return;
+    }
+    mode_order_slot(&r->base, req);
+    mode_push(&r->leases, req);
+}
+
 static void shared_submit(struct mode *m, struct request *list)
 {
     struct replica *r = (struct replica *)m;
     for (struct request *req = list, *next; req != NULL; req = next) {
         next = req->next;
         if (req->op == OP_WAIT) {
-            req->status = REPLY_UNIMPLEMENTED;
-            snprintf(req->reason, sizeof(req->reason),
-                     "Wait is not served over PostgreSQL yet");
-            req->next = NULL;
-            mode_answer(&r->base, req);
+            submit_wait(r, req);
         } else if (request_is_admin(req->op)) {
             mode_push(&r->admins, req);
         } else {
@@ -906,9 +1289,26 @@ static void on_tick(struct mode *m)
     after_event(r);
 }
 
+/* leased drains: the listening connection closes, and with its lock
+ * every Wait of this replica leaves its line at once (a release now
+ * grants the next replica's); they are answered UNAVAILABLE "draining"
+ * (the busy ones when their steps come back), and so is each new one. */
+static void shared_drain(struct mode *m)
+{
+    struct replica *r = (struct replica *)m;
+    if (!r->has_listener)
+        return;
+    lose_places(r, "draining");
+    if (ready(&r->listener))
+        disconnect(&r->listener);
+    after_event(r);
+}
+
 static void shared_destroy(struct mode *m)
 {
     struct replica *r = (struct replica *)m;
+    if (r->has_listener)
+        pgstore_close(r->listener.db);
     for (size_t i = 0; i < r->nslots; i++) {
         pgstore_close(r->slots[i].db);
         for (size_t j = 0; j < PIPELINE; j++)
@@ -917,9 +1317,21 @@ static void shared_destroy(struct mode *m)
     free(r);
 }
 
+/* Sets up slot sl of r over db, READY (its socket watched). */
+static void slot_init(struct replica *r, struct slot *sl, struct pgstore *db)
+{
+    sl->r = r;
+    sl->db = db;
+    sl->work.data = sl;
+    sm_init(&sl->sm, slot_states, slot_invariant, SLOT_READY);
+    sl->backoff_ms = BACKOFF_MIN_MS;
+    if (watch(sl, false) != 0)
+        disconnect(sl);
+}
+
 struct mode *mode_shared_create(uv_loop_t *loop, struct pgstore *const *dbs,
-                                size_t n, int64_t ttl_ns,
-                                const struct mode_hooks *hooks)
+                                size_t n, const struct mode_listener *l,
+                                int64_t ttl_ns, const struct mode_hooks *hooks)
 {
     assert(n >= 1 && n <= MODE_MAX_CONNECTIONS);
     struct replica *r = calloc(1, sizeof(*r));
@@ -934,6 +1346,8 @@ struct mode *mode_shared_create(uv_loop_t *loop, struct pgstore *const *dbs,
             for (size_t j = 0; r != NULL && j < PIPELINE; j++)
                 free(r->slots[i].batches[j].calls);
         }
+        if (l != NULL)
+            pgstore_close(l->db);
         free(r);
         return NULL;
     }
@@ -941,15 +1355,13 @@ struct mode *mode_shared_create(uv_loop_t *loop, struct pgstore *const *dbs,
     r->nslots = n;
     r->next_collect_ms = nanotime_mono_ms();
     metrics.postgres = true;
-    for (size_t i = 0; i < n; i++) {
-        struct slot *sl = &r->slots[i];
-        sl->r = r;
-        sl->db = dbs[i];
-        sl->work.data = sl;
-        sm_init(&sl->sm, slot_states, slot_invariant, SLOT_READY);
-        sl->backoff_ms = BACKOFF_MIN_MS;
-        if (watch(sl, false) != 0)
-            disconnect(sl);
+    for (size_t i = 0; i < n; i++)
+        slot_init(r, &r->slots[i], dbs[i]);
+    if (l != NULL) {
+        r->has_listener = true;
+        r->line_key = l->key;
+        r->line_pid = l->pid;
+        slot_init(r, &r->listener, l->db);
     }
     update_serving(r);
     mode_start_timer(&r->base, TICK_MS, on_tick);
@@ -962,9 +1374,14 @@ static void maybe_finish_close(struct replica *r)
     for (size_t i = 0; i < r->nslots; i++)
         if (working(&r->slots[i]) || r->slots[i].nbatches > 0)
             return;
-    assert(r->leases.head == NULL && r->admins.head == NULL);
+    if (r->has_listener && working(&r->listener))
+        return;
+    assert(r->leases.head == NULL && r->admins.head == NULL &&
+           r->nline == 0);
     for (size_t i = 0; i < r->nslots; i++)
         unwatch(&r->slots[i]);
+    if (r->has_listener)
+        unwatch(&r->listener);
     mode_closed(&r->base);
 }
 
@@ -1007,18 +1424,26 @@ static int shared_open(uv_loop_t *loop, const struct config *cfg,
                        const struct mode_hooks *hooks, struct mode **out,
                        char *errmsg, size_t len)
 {
-    struct pgstore *dbs[MODE_MAX_CONNECTIONS];
+    struct pgstore *dbs[MODE_MAX_CONNECTIONS + 1];
     size_t n = (size_t)cfg->pg_connections;
-    if (mode_shared_connect(cfg, dbs, n, errmsg, len) != 0)
+    /* And one more, the listening one (Waits). */
+    if (mode_shared_connect(cfg, dbs, n + 1, errmsg, len) != 0)
         return -1;
+    struct mode_listener l = {.db = dbs[n]};
+    if (pgstore_listen(l.db, &l.key, &l.pid) != STORE_OK) {
+        snprintf(errmsg, len, "--postgres: %s", pgstore_errmsg(l.db));
+        for (size_t i = 0; i <= n; i++)
+            pgstore_close(dbs[i]);
+        return -1;
+    }
     /* Each connection's round trip blocks a thread of libuv's pool (4
-     * unless set, read at its first use, which is later): one each, and
-     * one for the rest. */
+     * unless set, read at its first use, which is later): one each,
+     * and one for the rest. */
     char threads[16];
-    snprintf(threads, sizeof(threads), "%zu", n + 1);
-    if (n + 1 > 4)
+    snprintf(threads, sizeof(threads), "%zu", n + 2);
+    if (n + 2 > 4)
         setenv("UV_THREADPOOL_SIZE", threads, 0);
-    *out = mode_shared_create(loop, dbs, n, cfg->ttl_ns, hooks);
+    *out = mode_shared_create(loop, dbs, n, &l, cfg->ttl_ns, hooks);
     if (*out == NULL) {
         snprintf(errmsg, len, "out of memory");
         return -1;
@@ -1027,7 +1452,8 @@ static int shared_open(uv_loop_t *loop, const struct config *cfg,
 }
 
 /* The table (mode.h): name, open, arrive (none: the database decides
- * every call), submit, close, destroy; no Waits (cancelled, drain). */
+ * every call), submit, close, destroy, cancelled, drain. */
 const struct mode_ops mode_shared = {
-    "postgres",   shared_open,    NULL, shared_submit,
-    shared_close, shared_destroy, NULL, NULL};
+    "postgres",   shared_open,    NULL,
+    shared_submit, shared_close, shared_destroy,
+    shared_cancelled, shared_drain};

@@ -136,6 +136,19 @@ struct request {
      * dropped) while the loop has it: set by the front end's thread,
      * which then tells the mode (mode_cancelled()). */
     atomic_bool ended;
+    /* The shared mode's, for a Wait in the database's line: its number
+     * there (at this replica), the replica's table of them, when to look
+     * at its lease again (monotonic), the step its next batch call takes
+     * (enum pgstore_line), which of the replica's listening connections
+     * it joined by, whether a call of it is in a batch (or queued for
+     * one), whether the database said it is in line, and whether its
+     * grant came meanwhile (then set as the reply). */
+    uint64_t line_call;
+    struct request *line_next;
+    int64_t line_look_ns;
+    uint32_t line_gen;
+    uint8_t line_step;
+    bool line_busy, line_joined, line_granted;
 };
 
 /* Frees an admin answer (admin.h makes them). Accepts NULL. */

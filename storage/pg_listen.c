@@ -9,9 +9,9 @@
  */
 #include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "pg_internal.h"
+#include "pg_params.h"
 #include "siphash.h"
 
 #define LOCK_TRIES 8
@@ -40,8 +40,9 @@ enum store_err pgstore_listen(struct pgstore *p, int32_t *key, int32_t *pid)
         int err = pg_roundtrip_finish(p, 1, "listening");
         if (err != STORE_OK)
             return err;
-        bool locked = PQgetvalue(p->res[0], 0, 0)[0] == 't';
-        int32_t backend = (int32_t)atol(PQgetvalue(p->res[0], 0, 1));
+        /* Binary results (pg_roundtrip.c): a byte, a 4-byte integer. */
+        bool locked = PQgetvalue(p->res[0], 0, 0)[0] != 0;
+        int32_t backend = (int32_t)pg_params_get_int(p->res[0], 0, 1);
         pg_roundtrip_clear(p, 1);
         if (!locked)
             continue; /* another connection's key: another one */

@@ -1,11 +1,15 @@
 package lease
 
-// Wait against the real leased: in its line over SQLite, asking again
-// over PostgreSQL (which has no Wait yet).
+// Wait against the real leased, in its line (either store), and against
+// a server of Mecatl's contract alone, asking again.
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 )
@@ -58,5 +62,67 @@ func TestWaitEndsHeldAtItsDeadline(t *testing.T) {
 	}
 	if _, err := c.Wait(bg, id, ""); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("an empty owner: %v", err)
+	}
+}
+
+// mecatlOnly starts tests/integration/mecatl_only.py ($MECATL_ONLY) in
+// front of target: a server of Mecatl's contract alone, which answers
+// Wait UNIMPLEMENTED. Its address.
+func mecatlOnly(t *testing.T, target string) string {
+	t.Helper()
+	script := os.Getenv("MECATL_ONLY")
+	if script == "" {
+		t.Fatal("MECATL_ONLY is not set: run through meson test")
+	}
+	cmd := exec.Command("/usr/bin/python3", script, target)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close() // it stops once its standard input closes
+		cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	fields := strings.Fields(line)
+	if err != nil || len(fields) != 2 || fields[0] != "listening" {
+		t.Fatalf("mecatl_only.py said %q (%v)", line, err)
+	}
+	return fields[1]
+}
+
+func TestWaitAsksAgainWhereWaitIsNotServed(t *testing.T) {
+	d := startDaemon(t, 10*time.Second)
+	c := dial(t, mecatlOnly(t, d.addr), nil)
+	id := newSession("waitpoll")
+	a := mustAcquire(t, c, id, "owner-a")
+	type result struct {
+		l   Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+		defer cancel()
+		l, err := c.Wait(ctx, id, "owner-b")
+		done <- result{l, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("Wait returned while the lease was held: %+v", r)
+	case <-time.After(300 * time.Millisecond):
+	}
+	mustRelease(t, c, a)
+	r := <-done
+	if r.err != nil || r.l.Owner != "owner-b" || r.l.Token <= a.Token {
+		t.Fatalf("Wait after the release: %+v, %v (owner-a had token %d)", r.l, r.err, a.Token)
 	}
 }

@@ -424,31 +424,41 @@ def test_a_server_without_the_calls_is_unsupported():
 METRICS = ["--metrics-listen", "127.0.0.1:0"]
 
 
-def waiting_or_refused(d):
-    """Whether a wait() is under way at d: in leased's line over SQLite;
-    over PostgreSQL (no Wait: UNIMPLEMENTED), refused by acquire once."""
-    m = d.metrics()
-    if os.environ.get("LEASED_TEST_STORE") != "postgres":
-        return m[("leased_waiting_calls", ())] == 1
-    refused = m.get(("leased_requests_total", (
-        ("code", "FAILED_PRECONDITION"), ("method", "Acquire"))), 0)
-    return refused >= 1
+def waiting(d):
+    """Whether a wait() is in leased's line."""
+    return d.metrics()[("leased_waiting_calls", ())] == 1
+
+
+def refused(d):
+    """Whether an acquire was refused (a wait() asking again)."""
+    return d.metrics().get(("leased_requests_total", (
+        ("code", "FAILED_PRECONDITION"), ("method", "Acquire"))), 0) >= 1
+
+
+def wait_in_thread(c, s, owner):
+    """c.wait(s, owner) in a thread: (the thread, its result list)."""
+    got = []
+    t = threading.Thread(target=lambda: got.append(
+        c.wait(s, owner, time.monotonic() + 30)))
+    t.start()
+    return t, got
+
+
+def until(what, cond):
+    deadline = time.monotonic() + 20
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
 
 def test_wait_is_granted_when_the_holder_releases():
-    """wait() waits while another owner holds the lease (in leased's line
-    over SQLite; asking again over PostgreSQL, which has no Wait yet) and
-    is granted once the holder released it, with a greater token."""
+    """wait() waits in leased's line while another owner holds the lease,
+    and is granted once the holder released it, with a greater token."""
     with harness.Leased(ttl=LIVE_TTL, args=METRICS) as d, client(d) as c:
         s = sid("wait")
         a = c.acquire(s, "owner-a")
-        got = []
-        t = threading.Thread(target=lambda: got.append(
-            c.wait(s, "owner-b", time.monotonic() + 30)))
-        t.start()
-        deadline = time.monotonic() + 20
-        while not waiting_or_refused(d):
-            assert time.monotonic() < deadline, "owner-b never waited"
-            time.sleep(0.01)
+        t, got = wait_in_thread(c, s, "owner-b")
+        until("owner-b never waited", lambda: waiting(d))
         assert t.is_alive() and not got
         c.release(a)
         t.join(timeout=20)
@@ -457,6 +467,23 @@ def test_wait_is_granted_when_the_holder_releases():
         # as acquire's.
         assert c.wait(s, "owner-b").token == got[0].token
         assert c.wait(sid("free"), "owner-c").token >= 1
+
+
+def test_wait_asks_again_where_wait_is_not_served():
+    """Against a server of Mecatl's contract alone (Wait UNIMPLEMENTED),
+    wait() asks again every 250 ms: granted once the holder released."""
+    from mecatl_only import MecatlOnly
+    with harness.Leased(ttl=LIVE_TTL, args=METRICS) as d, \
+            MecatlOnly(d.addr) as front, \
+            leased.Client(front, timeout=5.0) as c:
+        s = sid("waitpoll")
+        a = c.acquire(s, "owner-a")
+        t, got = wait_in_thread(c, s, "owner-b")
+        until("owner-b never asked", lambda: refused(d))
+        assert t.is_alive() and not got and not waiting(d)
+        c.release(a)
+        t.join(timeout=20)
+        assert got and got[0].owner == "owner-b" and got[0].token > a.token
 
 
 def test_wait_ends_held_at_its_deadline():

@@ -5,6 +5,7 @@ before is in line), never from a sleep.
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,10 +15,10 @@ import grpc
 
 import harness
 from harness import Leased, expect_code
+from mecatl_only import MecatlOnly
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
-UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED
 DEADLINE = grpc.StatusCode.DEADLINE_EXCEEDED
 HELD = grpc.StatusCode.FAILED_PRECONDITION
 METRICS = ["--metrics-listen", "127.0.0.1:0"]
@@ -243,18 +244,24 @@ def test_leasectl_waits_in_line_and_is_granted_at_the_release():
 
 
 def test_leasectl_wait_asks_again_where_wait_is_not_served():
-    """Over PostgreSQL (Wait UNIMPLEMENTED), lease_wait falls back to
-    asking every 250 ms: granted once the holder released."""
-    with Leased(ttl="20s", args=METRICS) as d:
+    """Against a server of Mecatl's contract alone (Wait UNIMPLEMENTED),
+    lease_wait falls back to asking every 250 ms: granted once the holder
+    released."""
+    with Leased(ttl="20s", args=METRICS) as d, MecatlOnly(d.addr) as front:
         c = d.client()
         held = c.acquire("s", "holder")
-        p = leasectl(d, "acquire", "s", "--owner", "bob", "--wait", "30s")
-        # Its Wait answered UNIMPLEMENTED, then an Acquire refused.
+        p = subprocess.Popen(
+            [os.environ["LEASECTL_BIN"], "--url", front, "--json", "acquire",
+             "s", "--owner", "bob", "--wait", "30s"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # Its Wait answered UNIMPLEMENTED by the front, then an Acquire
+        # (passed through) refused.
         deadline = time.monotonic() + 20
         while requests(d, "Acquire", "FAILED_PRECONDITION") == 0:
             assert time.monotonic() < deadline, "no Acquire refused"
             time.sleep(0.01)
-        assert requests(d, "leased.v1.Leases/Wait", "UNIMPLEMENTED") == 1
+        assert requests(d, "leased.v1.Leases/Wait", "OK") == 0
+        assert waiting(d) == 0
         c.release(held)
         rc, out, err = finished(p)
         assert rc == 0, (rc, out, err)
@@ -262,29 +269,125 @@ def test_leasectl_wait_asks_again_where_wait_is_not_served():
         assert (got["owner"], got["token"]) == ("bob", held.token + 1)
 
 
-def test_wait_is_unimplemented_over_postgres():
-    with Leased(ttl="20s") as d:
-        c = d.client()
-        f = c.wait("s", "alice")
-        expect_code(UNIMPLEMENTED, f.result)
-        expect_code(grpc.StatusCode.NOT_FOUND, c.get, "s")
+# --- Over PostgreSQL: one line for every replica ---------------------------
+
+def replicas(ttl):
+    """Two replicas over one new database: (a, b, the database's name)."""
+    conninfo = harness.fresh_database()
+    name = re.search(r"dbname=(\S+)", conninfo).group(1)
+    return (Leased(ttl=ttl, args=METRICS, postgres=conninfo),
+            Leased(ttl=ttl, args=METRICS, postgres=conninfo), name)
 
 
-SQLITE_ONLY = [
-    "test_waiters_are_granted_in_order_across_releases_and_an_expiry",
-    "test_a_waiter_whose_call_ended_is_skipped_and_never_granted",
-    "test_a_free_session_and_the_holders_own_wait_are_answered_at_once",
-    "test_a_revoked_lease_goes_to_the_first_waiter",
-    "test_a_waiters_grant_is_stored_before_its_answer",
-    "test_stopping_answers_every_waiter_unavailable",
-    "test_bad_input_is_refused_and_changes_nothing",
-    "test_leasectl_waits_in_line_and_is_granted_at_the_release",
+def psql(name, sql):
+    return harness.shared_postgres().psql(sql, dbname=name)
+
+
+def until(what, cond, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_waiters_at_several_replicas_are_granted_in_one_order():
+    # A TTL no step of a loaded sanitizer build outlasts (as above).
+    a, b, _ = replicas("4s")
+    with a, b:
+        ca, cb = a.client(), b.client()
+        held = ca.acquire("s", "holder")
+        w1, = line_up(a, ca, "s", ["w1"])
+        w2, = line_up(b, cb, "s", ["w2"])
+        w3, = line_up(a, ca, "s", ["w3"])
+        w4, = line_up(b, cb, "s", ["w4"])
+        # A release at one replica grants the first in line at the other.
+        cb.release(held)
+        l1 = granted(w1)
+        assert l1.owner == "w1" and l1.token > held.token, (held, l1)
+        ca.release(mecatl_lease(l1))
+        l2 = granted(w2)
+        assert l2.owner == "w2" and l2.token > l1.token, (l1, l2)
+        assert not w3.done() and not w4.done()
+        # w2's lease runs out unrenewed: w3 gets it, looked at by its
+        # replica once the lease may have ended; then w4 the same way.
+        l3 = granted(w3)
+        assert l3.owner == "w3" and l3.token > l2.token, (l2, l3)
+        assert time.time_ns() >= l2.expiry.ToNanoseconds()
+        assert not w4.done()
+        l4 = granted(w4)
+        assert l4.owner == "w4" and l4.token > l3.token, (l3, l4)
+        until_waiting(a, 0)
+        until_waiting(b, 0)
+
+
+def test_a_replica_that_dies_takes_its_waiters_places_with_it():
+    a, b, name = replicas("20s")
+    with a, b:
+        ca, cb = a.client(), b.client()
+        held = cb.acquire("s", "holder")
+        gone, = line_up(a, ca, "s", ["gone"])
+        w2, = line_up(b, cb, "s", ["w2"])
+        a.kill9()
+        expect_code(UNAVAILABLE, gone.result)
+        # Its Wait is still a row of the line, but its replica's lock is
+        # gone with its connection: the release grants the next.
+        cb.release(held)
+        l2 = granted(w2)
+        assert l2.owner == "w2" and l2.token == held.token + 1
+        assert psql(name, "SELECT count(*) FROM leased_waiters") == "0"
+        assert 'owner="gone"' not in b.log_text()
+
+
+def test_a_dead_replicas_waiters_are_collected():
+    # Collection runs every TTL (at least a second): 2 s.
+    a, b, name = replicas("2s")
+    with a, b:
+        ca, cb = a.client(), b.client()
+        held = cb.acquire("s", "holder")
+        line_up(a, ca, "s", ["gone"])
+        a.kill9()
+        until("the dead waiter collected", lambda: psql(
+            name, "SELECT count(*) FROM leased_waiters") == "0")
+        # Nobody was granted the lease on the way.
+        got = cb.get("s")
+        assert (got.owner, got.token) == ("holder", held.token)
+
+
+def test_a_lost_listening_connection_answers_its_waiters():
+    """The replica's listening connection holds its Waits' places: lost,
+    they are answered UNAVAILABLE (the caller waits again), it connects
+    again, and Waits are served as before."""
+    a, b, name = replicas("20s")
+    with a, b:
+        ca, cb = a.client(), b.client()
+        held = cb.acquire("s", "holder")
+        lost, = line_up(a, ca, "s", ["lost"])
+        w2, = line_up(b, cb, "s", ["w2"])
+        killed = psql(name, "SELECT pg_terminate_backend(pid) FROM "
+                            "pg_stat_activity WHERE datname = current_"
+                            "database() AND query LIKE 'LISTEN%'")
+        assert killed.splitlines() == ["t", "t"], killed
+        expect_code(UNAVAILABLE, lost.result)
+        expect_code(UNAVAILABLE, w2.result)
+        for d in (a, b):
+            until("listening again", lambda: len(re.findall(
+                "database_connected connection=listening",
+                d.log_text())) == 1)
+            until_waiting(d, 0)
+        w3, = line_up(a, ca, "s", ["w3"])
+        cb.release(held)
+        l3 = granted(w3)
+        assert l3.owner == "w3" and l3.token == held.token + 1
+
+
+POSTGRES_ONLY = [
+    "test_waiters_at_several_replicas_are_granted_in_one_order",
+    "test_a_replica_that_dies_takes_its_waiters_places_with_it",
+    "test_a_dead_replicas_waiters_are_collected",
+    "test_a_lost_listening_connection_answers_its_waiters",
 ]
-if os.environ.get("LEASED_TEST_STORE") == "postgres":
-    for name in SQLITE_ONLY:
+if os.environ.get("LEASED_TEST_STORE") != "postgres":
+    for name in POSTGRES_ONLY:
         del globals()[name]
-else:
-    del globals()["test_wait_is_unimplemented_over_postgres"]
-    del globals()["test_leasectl_wait_asks_again_where_wait_is_not_served"]
 
 harness.main(globals())

@@ -478,6 +478,31 @@ uint64_t pgstore_warnings(struct pgstore *p, char *msg, size_t len)
     return 0;
 }
 
+/* The lines of Waits are not faked: the mode under test has no
+ * listening connection, so it never sends a step of one. */
+void pgstore_set_listener(struct pgstore *p, int32_t key, int32_t pid)
+{
+    if (key != 0 || pid != 0) {
+        pthread_mutex_lock(&p->f->gates.mu);
+        misuse(p->f, "a listening connection (not faked)", 0);
+        pthread_mutex_unlock(&p->f->gates.mu);
+    }
+}
+
+enum store_err pgstore_listen(struct pgstore *p, int32_t *key, int32_t *pid)
+{
+    abort(); /* not faked (above) */
+}
+
+int pgstore_notified(struct pgstore *p,
+                     void (*granted)(void *arg, uint64_t call,
+                                     uint64_t token, int64_t expiry_ns,
+                                     unsigned flags),
+                     void *arg)
+{
+    abort(); /* not faked (above) */
+}
+
 const char *pgstore_errmsg(const struct pgstore *p)
 {
     /* Read by the thread that has the connection, which set it. */

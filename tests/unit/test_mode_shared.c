@@ -163,7 +163,7 @@ static void begin_case(size_t nconns)
     h->nconns = nconns;
     struct mode_hooks hooks = {on_reply, on_storage, on_wanted, on_fatal, h};
     h->srv =
-        mode_shared_create(&h->ml.loop, dbs, nconns, LONG_TTL_NS, &hooks);
+        mode_shared_create(&h->ml.loop, dbs, nconns, NULL, LONG_TTL_NS, &hooks);
     if (h->srv == NULL)
         abort();
     /* A fixed key instead of a random one, so that which sessions share
