@@ -19,6 +19,28 @@
 #include "faultpoint.h"
 #include "pg_internal.h"
 
+/* Negative controls of the Wait tests (tests/integration/test_wait.py),
+ * in leased-faults only: a line's waiter counts as there whatever its
+ * replica, or a Wait that leaves stays in its line. */
+static int break_lines(struct pgstore *p)
+{
+    int err = STORE_OK;
+    if (FAULT_BROKEN("wait_dead_granted"))
+        err = pg_roundtrip_exec(
+            p,
+            "CREATE OR REPLACE FUNCTION leased_listening(lk int, lp int) "
+            "RETURNS boolean LANGUAGE sql VOLATILE AS $$ SELECT true $$",
+            "breaking the schema");
+    if (err == STORE_OK && FAULT_BROKEN("wait_leave_kept"))
+        err = pg_roundtrip_exec(
+            p,
+            "CREATE OR REPLACE FUNCTION leased_leave(sess bytea, wk int, "
+            "wp int, c bigint) RETURNS int LANGUAGE sql VOLATILE AS "
+            "$$ SELECT 3 $$",
+            "breaking the schema");
+    return err;
+}
+
 /* One transaction that holds the schema lock: replicas starting at once
  * do it one after the other. */
 int pg_schema_setup(struct pgstore *p, struct pgstore_primary *primary)
@@ -64,6 +86,8 @@ int pg_schema_setup(struct pgstore *p, struct pgstore_primary *primary)
             err = pg_roundtrip_exec(p, sql, "upgrading the schema");
         version = PGSQL_SCHEMA_VERSION;
     }
+    if (err == STORE_OK)
+        err = break_lines(p);
     if (err != STORE_OK)
         return pg_roundtrip_txn_failed(p, err);
     if (version > PGSQL_SCHEMA_VERSION) {

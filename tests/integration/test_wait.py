@@ -271,12 +271,35 @@ def test_leasectl_wait_asks_again_where_wait_is_not_served():
 
 # --- Over PostgreSQL: one line for every replica ---------------------------
 
-def replicas(ttl):
-    """Two replicas over one new database: (a, b, the database's name)."""
+def replicas(ttl, broken=None):
+    """Two replicas over one new database: (a, b, the database's name).
+    broken: leased-faults instead, with that negative control."""
     conninfo = harness.fresh_database()
     name = re.search(r"dbname=(\S+)", conninfo).group(1)
-    return (Leased(ttl=ttl, args=METRICS, postgres=conninfo),
-            Leased(ttl=ttl, args=METRICS, postgres=conninfo), name)
+    env = None
+    if broken is not None:
+        env = {"LEASED_FAULTS": "broken=" + broken}
+    return (Leased(ttl=ttl, args=METRICS, postgres=conninfo, env=env),
+            Leased(ttl=ttl, args=METRICS, postgres=conninfo, env=env), name)
+
+
+def faults_bin():
+    """leased-faults, beside leased (builds without sanitizers make it)."""
+    build = os.path.dirname(os.path.dirname(harness.leased_bin()))
+    path = os.path.join(build, "tests", "faults", "leased-faults")
+    assert os.access(path, os.X_OK), "no leased-faults beside leased"
+    return path
+
+
+class FaultsBin:
+    """Within: harness.Leased starts leased-faults."""
+
+    def __enter__(self):
+        self.kept = os.environ["LEASED_BIN"]
+        os.environ["LEASED_BIN"] = faults_bin()
+
+    def __exit__(self, *exc):
+        os.environ["LEASED_BIN"] = self.kept
 
 
 def psql(name, sql):
@@ -320,8 +343,11 @@ def test_waiters_at_several_replicas_are_granted_in_one_order():
         until_waiting(b, 0)
 
 
-def test_a_replica_that_dies_takes_its_waiters_places_with_it():
-    a, b, name = replicas("20s")
+def dead_replicas_waiter(broken=None):
+    """A waiter at a replica that dies (kill -9), one at another behind
+    it, then the holder's release: (who has the lease, the log of the
+    replica left)."""
+    a, b, name = replicas("20s", broken)
     with a, b:
         ca, cb = a.client(), b.client()
         held = cb.acquire("s", "holder")
@@ -330,12 +356,52 @@ def test_a_replica_that_dies_takes_its_waiters_places_with_it():
         a.kill9()
         expect_code(UNAVAILABLE, gone.result)
         # Its Wait is still a row of the line, but its replica's lock is
-        # gone with its connection: the release grants the next.
+        # gone with its connection.
         cb.release(held)
-        l2 = granted(w2)
-        assert l2.owner == "w2" and l2.token == held.token + 1
-        assert psql(name, "SELECT count(*) FROM leased_waiters") == "0"
-        assert 'owner="gone"' not in b.log_text()
+        until("the release handed over", lambda: cb.get("s").owner != "")
+        got = cb.get("s")
+        if got.owner == "w2":
+            l2 = granted(w2)
+            assert l2.token == got.token == held.token + 1, (held, l2)
+        return got.owner, b.log_text()
+
+
+def test_a_replica_that_dies_takes_its_waiters_places_with_it():
+    owner, log = dead_replicas_waiter()
+    assert owner == "w2", owner
+    assert 'owner="gone"' not in log
+
+
+def test_a_dead_replicas_waiter_granted_is_caught():
+    # The negative control of the case above: with every waiter taken
+    # for one whose replica is there, the dead one is granted.
+    with FaultsBin():
+        owner, _ = dead_replicas_waiter("wait_dead_granted")
+    assert owner == "gone", owner
+
+
+def cancelled_waiter(broken=None):
+    """A waiter whose call is cancelled, one behind it, then the holder's
+    release: who has the lease."""
+    with Leased(ttl="20s", args=METRICS,
+                env={"LEASED_FAULTS": "broken=" + broken}
+                if broken else None) as d:
+        c = d.client()
+        held = c.acquire("s", "holder")
+        cancelled, w2 = line_up(d, c, "s", ["cancelled", "w2"])
+        cancelled.cancel()
+        until_waiting(d, 1)
+        c.release(held)
+        until("the release handed over", lambda: c.get("s").owner != "")
+        return c.get("s").owner
+
+
+def test_a_cancelled_waiter_left_in_line_is_caught():
+    # The negative control of test_a_waiter_whose_call_ended_is_skipped_
+    # and_never_granted over PostgreSQL: a Wait that leaves stays in line.
+    assert cancelled_waiter() == "w2"
+    with FaultsBin():
+        assert cancelled_waiter("wait_leave_kept") == "cancelled"
 
 
 def test_a_dead_replicas_waiters_are_collected():
@@ -383,6 +449,8 @@ def test_a_lost_listening_connection_answers_its_waiters():
 POSTGRES_ONLY = [
     "test_waiters_at_several_replicas_are_granted_in_one_order",
     "test_a_replica_that_dies_takes_its_waiters_places_with_it",
+    "test_a_dead_replicas_waiter_granted_is_caught",
+    "test_a_cancelled_waiter_left_in_line_is_caught",
     "test_a_dead_replicas_waiters_are_collected",
     "test_a_lost_listening_connection_answers_its_waiters",
 ]
