@@ -95,15 +95,14 @@ int lease_acquire(struct lease_client *c, const char *session_id,
  * LEASE_EHELD. Against leased, the call waits in the session's line,
  * first come first served, and is granted the moment the lease is
  * released or expires (leased.v1.Leases/Wait); against a server without
- * it (leased over PostgreSQL in this version, another server of
- * Mecatl's protocol) and the other backends, it tries acquire every
- * 250 ms, in no order. A wait that ends at the deadline (or finds no
- * server up until then) is settled by one more acquire, whose answer is
- * lease_wait's: a grant made as the deadline passed is never left
- * unknown. The lease's ttl_ns counts from the grant: a holder counts its
- * deadline from when it called, which is earlier (or hands the session
- * to lease_keeper_start, whose acquire is the same owner's again and
- * keeps the token). */
+ * it (another server of Mecatl's protocol) and the other backends, it
+ * tries acquire every 250 ms, in no order. A wait that ends at the
+ * deadline (or finds no server up until then) is settled by one more
+ * acquire, whose answer is lease_wait's: a grant made as the deadline
+ * passed is never left unknown. The lease's ttl_ns counts from the
+ * grant: a holder counts its deadline from when it called, which is
+ * earlier (or hands the session to lease_keeper_start, whose acquire is
+ * the same owner's again and keeps the token). */
 int lease_wait(struct lease_client *c, const char *session_id,
                const char *owner, int64_t deadline_ns, struct lease *out);
 
