@@ -766,12 +766,14 @@ static void listener_poll(struct replica *r, int status)
     int rc = status < 0 ? STORE_EDOWN : pgstore_notified(sl->db, on_granted, r);
     if (rc == STORE_OK)
         return;
+    snprintf(sl->errmsg, sizeof(sl->errmsg), "%s",
+             status < 0 ? "the connection's socket failed"
+                        : pgstore_errmsg(sl->db));
+    sl->err = STORE_EDOWN;
     lose_places(r, "the replica lost its database connection, and with it "
                    "the place in line");
-    loop_failed(sl, STORE_EDOWN,
-                status < 0 ? "the connection's socket failed" : NULL,
-                "listen");
     disconnect(sl);
+    failed(sl, "listen"); /* logged; the other connections left alone */
 }
 
 static void on_poll(uv_poll_t *h, int status, int events)
