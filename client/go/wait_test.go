@@ -14,11 +14,11 @@ import (
 	"time"
 )
 
-func TestWaitGrantedWhenTheHolderReleases(t *testing.T) {
-	d := startDaemon(t, 10*time.Second)
-	c := dial(t, d.addr, nil)
-	id := newSession("wait")
-	a := mustAcquire(t, c, id, "owner-a")
+// waitWhileHeld starts owner-b's Wait for id, held by a, and checks that
+// it is still waiting 300 ms later (its deadline is 30 s away); then a is
+// released, and the Wait's grant must follow, with a greater token.
+func waitWhileHeld(t *testing.T, c *Client, id string, a Lease) Lease {
+	t.Helper()
 	type result struct {
 		l   Lease
 		err error
@@ -30,8 +30,6 @@ func TestWaitGrantedWhenTheHolderReleases(t *testing.T) {
 		l, err := c.Wait(ctx, id, "owner-b")
 		done <- result{l, err}
 	}()
-	// Still waiting while owner-a holds the lease (its Wait deadline is
-	// 30 s away).
 	select {
 	case r := <-done:
 		t.Fatalf("Wait returned while the lease was held: %+v", r)
@@ -42,8 +40,16 @@ func TestWaitGrantedWhenTheHolderReleases(t *testing.T) {
 	if r.err != nil || r.l.Owner != "owner-b" || r.l.Token <= a.Token {
 		t.Fatalf("Wait after the release: %+v, %v (owner-a had token %d)", r.l, r.err, a.Token)
 	}
+	return r.l
+}
+
+func TestWaitGrantedWhenTheHolderReleases(t *testing.T) {
+	d := startDaemon(t, 10*time.Second)
+	c := dial(t, d.addr, nil)
+	id := newSession("wait")
+	b := waitWhileHeld(t, c, id, mustAcquire(t, c, id, "owner-a"))
 	// The holder's own Wait and a free session's are answered at once.
-	if l, err := c.Wait(bg, id, "owner-b"); err != nil || l.Token != r.l.Token {
+	if l, err := c.Wait(bg, id, "owner-b"); err != nil || l.Token != b.Token {
 		t.Fatalf("the holder's Wait: %+v, %v", l, err)
 	}
 }
@@ -103,26 +109,5 @@ func TestWaitAsksAgainWhereWaitIsNotServed(t *testing.T) {
 	d := startDaemon(t, 10*time.Second)
 	c := dial(t, mecatlOnly(t, d.addr), nil)
 	id := newSession("waitpoll")
-	a := mustAcquire(t, c, id, "owner-a")
-	type result struct {
-		l   Lease
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(bg, 30*time.Second)
-		defer cancel()
-		l, err := c.Wait(ctx, id, "owner-b")
-		done <- result{l, err}
-	}()
-	select {
-	case r := <-done:
-		t.Fatalf("Wait returned while the lease was held: %+v", r)
-	case <-time.After(300 * time.Millisecond):
-	}
-	mustRelease(t, c, a)
-	r := <-done
-	if r.err != nil || r.l.Owner != "owner-b" || r.l.Token <= a.Token {
-		t.Fatalf("Wait after the release: %+v, %v (owner-a had token %d)", r.l, r.err, a.Token)
-	}
+	waitWhileHeld(t, c, id, mustAcquire(t, c, id, "owner-a"))
 }
