@@ -14,7 +14,8 @@ is violated or an acknowledged op was lost, 2 on unreadable input, else 0.
 Input
 -----
   {"type": "meta", "ttl": 1.0}            the lease TTL, seconds (one value)
-  {"type": "op", "proc", "op": acquire|renew|release, "session", "owner",
+  {"type": "op", "proc", "op": acquire|renew|release|wait, "session",
+   "owner",
    "token": sent (null for acquire), "inv", "ret": CLOCK_MONOTONIC seconds
    when sent / answered, "result": ok|fail|unknown, "code", "rtoken": the
    token of an OK acquire/renew reply}
@@ -54,6 +55,15 @@ What soundness rests on (why a correct leased never trips a check):
       next call: a worker makes one call at a time on one gRPC channel,
       and the daemon decides calls in arrival order. It takes effect, if
       at all, before its daemon process dies.
+  D2'. A wait (an acquire that waits in the session's line) with an
+      unknown result may take effect after the worker's next calls were
+      decided too: the daemon may grant it as its end reaches it, while
+      the worker's next call, sent after the end on the same channel, is
+      decided first. It takes effect, if at all, before its daemon
+      process dies. Every check treats a wait as an acquire (its hold
+      interval from its inv, so a long wait's may be empty); only 7's
+      possible holders use D2 for acquires, and there a wait counts as
+      one until its daemon died.
   D3. Tokens of a session only go up, and ownership changes only by a
       takeover (to a token greater than any the session had, whoever the
       owner) or a release; a renewal or same-owner re-acquire of a live
@@ -146,8 +156,9 @@ The invariants, exactly as implemented (per session)
    the owners of G and every owner whose last unknown-result acquire on
    s before K may have been decided after the first inv in G (its ret is
    later, or no definite answer to that worker came back between its ret
-   and that inv; D2): such an acquire may have taken the lease over
-   without the owner learning it. Then a takeover grant b on s with
+   and that inv; D2), or any of whose unknown-result waits on s before K
+   may have been (its daemon died after that inv; D2'): such an acquire
+   may have taken the lease over without the owner learning it. Then a takeover grant b on s with
    b.inv >= S and b.ret < S + TTL, by an owner not in H, with no release
    on s by an owner in H invoked in [K, b.ret) (a released lease is not
    quarantined), is a violation. Counted once per (restart, b).
@@ -196,7 +207,7 @@ import sys
 INVARIANTS = ("mutual_exclusion", "token_unique", "tokens_rise",
               "same_owner_keeps_token", "stale_renew", "release_lost",
               "restart_quarantine")
-OPS = ("acquire", "renew", "release")
+OPS = ("acquire", "renew", "release", "wait")
 RESULTS = ("ok", "fail", "unknown")
 DEATHS = ("kill", "exit")  # events: the daemon was dead by t
 MAX_EXCERPTS = 5          # excerpts kept per invariant
@@ -211,7 +222,7 @@ class InputError(ValueError):
 class Op:
     __slots__ = ("id", "proc", "op", "session", "owner", "token", "inv",
                  "ret", "result", "code", "rtoken", "rec", "src",
-                 "gtoken", "end", "takeover")
+                 "gtoken", "end", "takeover", "kind", "wait")
 
     def __repr__(self):
         return "Op(%s %s %s %s %s..%s %s)" % (self.id, self.owner, self.op,
@@ -295,6 +306,11 @@ def _load(records, sources):
                     raise InputError("%s: unknown result %r"
                                      % (src, o.result))
             o.token = _token(rec, "token", src)
+            # A wait (leased.v1.Leases/Wait) is an acquire in every check
+            # (see "Waits" above), but D2's order.
+            o.kind, o.wait = o.op, o.op == "wait"
+            if o.wait:
+                o.op = "acquire"
             if o.ret < o.inv:
                 raise InputError("%s: ret < inv" % src)
             code = rec.get("code")
@@ -596,8 +612,14 @@ def check(records, sources=None):
             bound = min(bound, start_times[j] + ttl)
         return bound
 
+    deaths = [e.t for e in events if e.event in DEATHS]
+
     def may_follow(x, t):
-        """Whether unknown op x may have been decided after time t (D2)."""
+        """Whether unknown op x may have been decided after time t (D2;
+        a wait: before its daemon died, D2')."""
+        if x.wait:
+            i = bisect.bisect_left(deaths, x.inv)
+            return i == len(deaths) or deaths[i] > t
         if x.ret > t:
             return True
         lst = answered.get(x.owner)
@@ -653,7 +675,12 @@ def check(records, sources=None):
             for o in owners_by_session.get(s, ()):
                 ua = unknown_acquires[(s, o)]
                 n = bisect.bisect_left(unknown_invs[(s, o)], K)
-                if n and may_follow(ua[n - 1], first):
+                # The last acquire (D2 orders the earlier ones before
+                # it), and every wait (D2').
+                last = next((x for x in reversed(ua[:n]) if not x.wait),
+                            None)
+                if any(may_follow(x, first) for x in ua[:n]
+                       if x.wait or x is last):
                     holders.add(o)
             tk, tk_invs = takeovers_by_inv[s]
             j = bisect.bisect_left(tk_invs, S)
@@ -723,7 +750,7 @@ def check(records, sources=None):
             "count": v[name].count,
             "excerpts": [excerpt(summ, xops, extra)
                          for _, _, summ, xops, extra in items[:MAX_EXCERPTS]]}
-    by_kind = collections.Counter("%s %s %s" % (o.op, o.result, o.code)
+    by_kind = collections.Counter("%s %s %s" % (o.kind, o.result, o.code)
                                   for o in ops)
     by_type = collections.Counter(e.event for e in events)
     lost_ops = [ops[i] for i in sorted(lost)]

@@ -4,8 +4,10 @@
                 --seed N --out FILE [--hot N] [--cold N]
 
 The worker behaves like a server that drives sessions: it acquires one of
-a few hot sessions (or now and then a cold one), renews it while it uses
-it, and lets it go in one of three ways: a release, walking away without
+a few hot sessions (or now and then a cold one), or waits for a hot one
+in leased's line (leased.v1.Leases/Wait, --waits of the time, for up to
+two TTLs), renews it while it uses it, and lets it go in one of three
+ways: a release, walking away without
 one (a holder that died), or losing it (FAILED_PRECONDITION). Now and then
 it also sends what a confused or stale client would: a release or renewal
 with a token it no longer holds, and a re-acquire of what it holds.
@@ -54,6 +56,10 @@ def stubs(channel):
         "release": channel.unary_unary(svc + "Release",
                                        pb.ReleaseRequest.SerializeToString,
                                        pb.ReleaseResponse.FromString),
+        "wait": channel.unary_unary(
+            harness.LEASES + "Wait",
+            harness.leases_pb.WaitRequest.SerializeToString,
+            harness.leases_pb.WaitResponse.FromString),
     }
 
 
@@ -62,6 +68,8 @@ def timed_call(calls, op, session, owner, token, deadline):
     format) and its gRPC status code."""
     if op == "acquire":
         req = pb.AcquireRequest(session_id=session, owner=owner)
+    elif op == "wait":
+        req = harness.leases_pb.WaitRequest(session_id=session, owner=owner)
     else:
         lease = pb.Lease(session_id=session, owner=owner, token=token)
         req = (pb.RenewRequest if op == "renew"
@@ -108,7 +116,8 @@ class Worker:
     def call(self, op, session, token=None):
         """One call, recorded; returns (result, reply token)."""
         rec, code = timed_call(self.calls, op, session, self.args.owner,
-                               token, self.deadline)
+                               token, 2 * self.ttl if op == "wait"
+                               else self.deadline)
         if (code == grpc.StatusCode.UNAVAILABLE and
                 rec["ret"] - self.reconnected > RECONNECT_EVERY):
             self.connect()
@@ -131,7 +140,9 @@ class Worker:
             return
         pool = self.hot if self.rng.random() < 0.85 else self.cold
         session = self.rng.choice(pool)
-        result, token, inv = self.call("acquire", session)
+        op = "wait" if pool is self.hot and \
+            self.rng.random() < self.args.waits else "acquire"
+        result, token, inv = self.call(op, session)
         if result == "ok":
             self.held = (session, token, inv + self.ttl)
         else:
@@ -187,6 +198,8 @@ def main():
     p.add_argument("--cold", type=int, default=20)
     p.add_argument("--stale", type=float, default=0.15,
                    help="how often a free worker sends a stale call")
+    p.add_argument("--waits", type=float, default=0.3,
+                   help="how often a free worker waits for a hot session")
     Worker(p.parse_args()).run()
 
 
