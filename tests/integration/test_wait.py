@@ -356,7 +356,10 @@ def dead_replicas_waiter(broken=None):
         a.kill9()
         expect_code(UNAVAILABLE, gone.result)
         # Its Wait is still a row of the line, but its replica's lock is
-        # gone with its connection.
+        # gone with its connection, once the database saw it close.
+        until("the dead replica's connections closed", lambda: psql(
+            name, "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                  "current_database() AND query LIKE 'LISTEN%'") == "1")
         cb.release(held)
         until("the release handed over", lambda: cb.get("s").owner != "")
         got = cb.get("s")
