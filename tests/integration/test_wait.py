@@ -449,8 +449,33 @@ def test_a_lost_listening_connection_answers_its_waiters():
         assert l3.owner == "w3" and l3.token == held.token + 1
 
 
+def test_a_waiter_waits_again_at_another_replica_when_its_own_drains():
+    """liblease's lease_wait (leasectl acquire --wait) with two replicas:
+    its replica drains (SIGTERM), answers it UNAVAILABLE, and it waits
+    again at the other, in the same line, granted at the release."""
+    a, b, _ = replicas("20s")
+    with a, b:
+        cb = b.client()
+        held = cb.acquire("s", "holder")
+        p = subprocess.Popen(
+            [os.environ["LEASECTL_BIN"], "--url", "%s,%s" % (a.addr, b.addr),
+             "--json", "acquire", "s", "--owner", "bob", "--wait", "60s"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        until_waiting(a, 1)
+        a.proc.send_signal(signal.SIGTERM)
+        until_waiting(b, 1)
+        assert a.proc.wait(timeout=15) == 0
+        assert p.poll() is None
+        cb.release(held)
+        rc, out, err = finished(p)
+        assert rc == 0, (rc, out, err)
+        got = json.loads(out)
+        assert (got["owner"], got["token"]) == ("bob", held.token + 1)
+
+
 POSTGRES_ONLY = [
     "test_waiters_at_several_replicas_are_granted_in_one_order",
+    "test_a_waiter_waits_again_at_another_replica_when_its_own_drains",
     "test_a_replica_that_dies_takes_its_waiters_places_with_it",
     "test_a_dead_replicas_waiter_granted_is_caught",
     "test_a_cancelled_waiter_left_in_line_is_caught",
