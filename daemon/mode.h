@@ -115,8 +115,7 @@ struct mode_listener {
  * tests over a fake database.) */
 struct mode *mode_shared_create(uv_loop_t *loop, struct pgstore *const *dbs,
                                 size_t n, const struct mode_listener *l,
-                                int64_t ttl_ns,
-                                const struct mode_hooks *hooks);
+                                int64_t ttl_ns, const struct mode_hooks *hooks);
 
 /* Opens n connections to cfg's PostgreSQL (dbs[0..n)), the schema made
  * or checked by the first, which also applies --raise-token-floor.

@@ -173,7 +173,7 @@ struct replica {
     uint64_t next_call;
     struct request *line[LINE_BUCKETS];
     size_t nline, njoined; /* in the table; of those, in a line for sure */
-    int64_t look_due_ns; /* the wake-up set (monotonic), 0 when none */
+    int64_t look_due_ns;   /* the wake-up set (monotonic), 0 when none */
 };
 
 static size_t slot_index(const struct slot *sl)
@@ -550,10 +550,11 @@ static void line_answered(struct replica *r, struct request *req, bool ok,
         return;
     }
     if (!in_table) {
-        line_dropped(r, req, ok ? "the replica lost its database "
-                                  "connection, and with it the place in "
-                                  "line"
-                                : "storage unavailable");
+        line_dropped(r, req,
+                     ok ? "the replica lost its database "
+                          "connection, and with it the place in "
+                          "line"
+                        : "storage unavailable");
         return;
     }
     if (req->line_granted) {
@@ -1032,8 +1033,9 @@ static bool line_sendable(struct replica *r, struct request *req)
 {
     if (req->line_step == PGSTORE_LINE_JOIN) {
         if (!listening(r)) {
-            line_dropped(r, req, "not listening to the database: wait "
-                                 "again");
+            line_dropped(r, req,
+                         "not listening to the database: wait "
+                         "again");
             return false;
         }
         req->line_gen = r->line_gen;
@@ -1042,8 +1044,9 @@ static bool line_sendable(struct replica *r, struct request *req)
     }
     if (placed(r, req))
         return true;
-    line_dropped(r, req, "the replica lost its database connection, and "
-                         "with it the place in line");
+    line_dropped(r, req,
+                 "the replica lost its database connection, and "
+                 "with it the place in line");
     return false;
 }
 
@@ -1378,8 +1381,7 @@ static void maybe_finish_close(struct replica *r)
             return;
     if (r->has_listener && working(&r->listener))
         return;
-    assert(r->leases.head == NULL && r->admins.head == NULL &&
-           r->nline == 0);
+    assert(r->leases.head == NULL && r->admins.head == NULL && r->nline == 0);
     for (size_t i = 0; i < r->nslots; i++)
         unwatch(&r->slots[i]);
     if (r->has_listener)
@@ -1456,6 +1458,5 @@ static int shared_open(uv_loop_t *loop, const struct config *cfg,
 /* The table (mode.h): name, open, arrive (none: the database decides
  * every call), submit, close, destroy, cancelled, drain. */
 const struct mode_ops mode_shared = {
-    "postgres",   shared_open,    NULL,
-    shared_submit, shared_close, shared_destroy,
-    shared_cancelled, shared_drain};
+    "postgres",     shared_open,      NULL,        shared_submit, shared_close,
+    shared_destroy, shared_cancelled, shared_drain};

@@ -78,7 +78,7 @@ struct pgstore {
     /* The start of the database server (pg_postmaster_start_time(), us)
      * of the last connection that succeeded, and of the one being made. */
     int64_t seen_started_us, connecting_started_us;
-    int32_t line_key, line_pid; /* pgstore_set_listener() */
+    int32_t line_key, line_pid;   /* pgstore_set_listener() */
     char owner[ENGINE_OWNER_MAX]; /* pgstore_get()'s, pgstore_revoke()'s row */
     char errmsg[256];
 };

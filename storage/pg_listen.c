@@ -46,7 +46,10 @@ enum store_err pgstore_listen(struct pgstore *p, int32_t *key, int32_t *pid)
         pg_roundtrip_clear(p, 1);
         if (!locked)
             continue; /* another connection's key: another one */
-        snprintf(sql, sizeof(sql), "LISTEN leased_w%" PRId32, k);
+        /* Its own channel: no other session holds (k, backend), so no
+         * other listener hears its grants (nor it theirs). */
+        snprintf(sql, sizeof(sql), "LISTEN leased_w%" PRId32 "_%" PRId32, k,
+                 backend);
         err = pg_roundtrip_exec(p, sql, "listening");
         if (err != STORE_OK)
             return err;
@@ -59,9 +62,8 @@ enum store_err pgstore_listen(struct pgstore *p, int32_t *key, int32_t *pid)
 }
 
 int pgstore_notified(struct pgstore *p,
-                     void (*granted)(void *arg, uint64_t call,
-                                     uint64_t token, int64_t expiry_ns,
-                                     unsigned flags),
+                     void (*granted)(void *arg, uint64_t call, uint64_t token,
+                                     int64_t expiry_ns, unsigned flags),
                      void *arg)
 {
     /* Left open for the caller, which watches its socket, to close. */

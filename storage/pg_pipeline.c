@@ -86,8 +86,8 @@ enum store_err pgstore_send(struct pgstore *p, struct pgstore_call *calls,
         calls[i].granted = 0;
         calls[i].expiry_ns = 0;
         calls[i].flags = 0;
-        if (calls[i].op != RULES_ACQUIRE && calls[i].line == PGSTORE_LINE_NONE &&
-            calls[i].token > INT64_MAX)
+        if (calls[i].op != RULES_ACQUIRE &&
+            calls[i].line == PGSTORE_LINE_NONE && calls[i].token > INT64_MAX)
             calls[i].code =
                 calls[i].op == RULES_RENEW ? RULES_LOST : RULES_NOOP;
         else
@@ -109,11 +109,11 @@ enum store_err pgstore_send(struct pgstore *p, struct pgstore_call *calls,
                 (c->line != PGSTORE_LINE_NONE &&
                  (c->op != RULES_ACQUIRE || p->line_key == 0)))
                 abort(); /* not an op: never guess one */
-            pg_params_array_add_int(
-                &a[0],
-                c->line != PGSTORE_LINE_NONE ? (int64_t)c->line
-                                             : (int64_t)c->op,
-                4);
+            pg_params_array_add_int(&a[0],
+                                    c->line != PGSTORE_LINE_NONE
+                                        ? (int64_t)c->line
+                                        : (int64_t)c->op,
+                                    4);
             pg_params_array_add(&a[1], c->session, c->session_len);
             pg_params_array_add(&a[2], c->owner, c->owner_len);
             pg_params_array_add_int(&a[3], (int64_t)c->token, 8);
@@ -206,8 +206,8 @@ static int read_answer(struct pgstore *p, struct pg_pending *b)
  * replica's; they are not read). Anything else comes from a function of
  * another version, or a changed one: never to be read as a refusal, nor
  * as a success; the batch's outcome is unknown. */
-static bool known_outcome(enum rules_op op, enum pgstore_line line,
-                          int code, unsigned flags)
+static bool known_outcome(enum rules_op op, enum pgstore_line line, int code,
+                          unsigned flags)
 {
     if (flags &
         ~(unsigned)(RULES_TAKEOVER | RULES_EXPIRED | RULES_RECLAIM))

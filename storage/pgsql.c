@@ -14,8 +14,9 @@
  *     first served. (lk, lp) names the listening connection of the
  *     replica that has the call (its number `call` there): that
  *     connection holds advisory lock (lk, lp) and LISTENs on channel
- *     "leased_w<lk>", so a waiter whose replica is gone (its connection
- *     closed, the lock with it) is skipped and deleted, never granted.
+ *     "leased_w<lk>_<lp>" (unique: no two sessions hold one lock), so a
+ *     waiter whose replica is gone (its connection closed, the lock with
+ *     it) is skipped and deleted, never granted.
  *   leased_meta(key text PRIMARY KEY, value bigint)
  *     'ttl_ns': the TTL every replica must use;
  *     'token_floor': the highest token of every row ever deleted; a new
@@ -220,7 +221,7 @@ static const char leased_end[] =
 
 /* The lease of sess (locked by the caller) ended: the first in its line
  * whose replica is there takes it, as its Acquire would (leased_rule),
- * and its replica is told on channel leased_w<lk>, with "call token
+ * and its replica is told on channel leased_w<lk>_<lp>, with "call token
  * expiry flags", once this transaction commits. Waiters whose replica is
  * gone are deleted on the way. Returns whether the line had anyone. */
 static const char leased_hand_over[] =
@@ -246,8 +247,8 @@ static const char leased_hand_over[] =
     "  END IF; "
     "  UPDATE leased_leases SET owner = d.owner, token = d.tok, "
     "   expiry_ns = d.exp, generation = gen WHERE session = sess; "
-    "  PERFORM pg_notify('leased_w' || w.lk, w.call || ' ' || d.tok || "
-    "   ' ' || d.exp || ' ' || d.flags); "
+    "  PERFORM pg_notify('leased_w' || w.lk || '_' || w.lp, w.call || "
+    "   ' ' || d.tok || ' ' || d.exp || ' ' || d.flags); "
     "  RETURN true; "
     " END LOOP; "
     "END $$";
@@ -557,13 +558,11 @@ const size_t pgsql_schema_count = sizeof(pgsql_schema) / sizeof(*pgsql_schema);
  * five calls it), a release or revoke hands the lease over, and
  * collection keeps rows with a line. */
 const char *const pgsql_upgrade[] = {
-    leased_waiters_table, leased_waiters_line, leased_expired,
-    leased_is_live,       leased_quarantined,  leased_holds,
-    leased_extend,        leased_live,         leased_rule,
-    leased_listening,     leased_look,         leased_join,
-    leased_leave,         leased_end,          leased_hand_over,
-    leased_decide,        leased_decide_5,     leased_revoke,
-    leased_collect,
+    leased_waiters_table, leased_waiters_line, leased_expired,   leased_is_live,
+    leased_quarantined,   leased_holds,        leased_extend,    leased_live,
+    leased_rule,          leased_listening,    leased_look,      leased_join,
+    leased_leave,         leased_end,          leased_hand_over, leased_decide,
+    leased_decide_5,      leased_revoke,       leased_collect,
 };
 const size_t pgsql_upgrade_count =
     sizeof(pgsql_upgrade) / sizeof(*pgsql_upgrade);

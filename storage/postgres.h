@@ -230,9 +230,8 @@ enum store_err pgstore_listen(struct pgstore *p, int32_t *key, int32_t *pid);
  * each grant it heard of. STORE_OK, or STORE_EDOWN (the connection is
  * lost: so are the grants it had not heard of yet). */
 int pgstore_notified(struct pgstore *p,
-                     void (*granted)(void *arg, uint64_t call,
-                                     uint64_t token, int64_t expiry_ns,
-                                     unsigned flags),
+                     void (*granted)(void *arg, uint64_t call, uint64_t token,
+                                     int64_t expiry_ns, unsigned flags),
                      void *arg);
 
 /* The reason of the last error, for logs and replies. */

@@ -283,9 +283,10 @@ static int supervise(struct group *g, struct lease_keeper *k,
                 /* Stopped past the deadline (leasectl itself was
                  * stopped or starved): the keeper may not have said so
                  * yet. */
-                fprintf(stderr, "leasectl: hold: no renewal of %s before "
-                                "its deadline: treating it as lost, "
-                                "stopping the command\n",
+                fprintf(stderr,
+                        "leasectl: hold: no renewal of %s before "
+                        "its deadline: treating it as lost, "
+                        "stopping the command\n",
                         ctl_escaped(session, s, sizeof(s)));
             else if (!g->done && !lost)
                 fprintf(stderr, "leasectl: hold: no renewal of %s in time: "

@@ -495,9 +495,8 @@ enum store_err pgstore_listen(struct pgstore *p, int32_t *key, int32_t *pid)
 }
 
 int pgstore_notified(struct pgstore *p,
-                     void (*granted)(void *arg, uint64_t call,
-                                     uint64_t token, int64_t expiry_ns,
-                                     unsigned flags),
+                     void (*granted)(void *arg, uint64_t call, uint64_t token,
+                                     int64_t expiry_ns, unsigned flags),
                      void *arg)
 {
     abort(); /* not faked (above) */
