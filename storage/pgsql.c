@@ -455,7 +455,9 @@ static const char leased_revoke[] =
 
 /* Rows expired or released for longer than a TTL, not quarantined, with
  * no line, and not locked by a batch; and the waiters whose replica is
- * gone; one collector at a time. */
+ * gone, but those a revoke's hand-over has locked (it may wait for one
+ * of this collection's: never the other way round). One collector at a
+ * time. */
 static const char leased_collect[] =
     "CREATE OR REPLACE FUNCTION leased_collect(ttl bigint, lim int, "
     " OUT collected bigint, OUT expired bigint) "
@@ -471,7 +473,7 @@ static const char leased_collect[] =
     " PERFORM pg_advisory_xact_lock(1818583411, 2); "
     " DELETE FROM leased_waiters WHERE id IN (SELECT id "
     "  FROM leased_waiters w WHERE NOT leased_listening(w.lk, w.lp) "
-    "  LIMIT lim); "
+    "  LIMIT lim FOR UPDATE SKIP LOCKED); "
     " now_ns := leased_now(); "
     " WITH gone AS (DELETE FROM leased_leases WHERE session IN ("
     "   SELECT session FROM leased_leases l WHERE l.expiry_ns < now_ns - ttl"
