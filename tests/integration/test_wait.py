@@ -30,13 +30,17 @@ def waiting(d):
     return d.metrics()[("leased_waiting_calls", ())]
 
 
+def until(what, cond, timeout=20.0):
+    """Returns once cond() is true; fails (saying what) after timeout s."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
 def until_waiting(d, n, timeout=20.0):
     """Returns once leased says n Waits are in line."""
-    deadline = time.monotonic() + timeout
-    while waiting(d) != n:
-        assert time.monotonic() < deadline, \
-            "waiting: %d, want %d" % (waiting(d), n)
-        time.sleep(0.01)
+    until("waiting: want %d" % n, lambda: waiting(d) == n, timeout)
 
 
 def line_up(d, c, session, owners, timeout=LONG):
@@ -304,13 +308,6 @@ class FaultsBin:
 
 def psql(name, sql):
     return harness.shared_postgres().psql(sql, dbname=name)
-
-
-def until(what, cond, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
 
 
 def test_waiters_at_several_replicas_are_granted_in_one_order():
