@@ -1008,12 +1008,17 @@ static void refuse_all(struct replica *r)
     while ((req = mode_pop(&r->leases)) != NULL ||
            (req = mode_pop(&r->admins)) != NULL) {
         if (req->op == OP_WAIT && req->line_step != PGSTORE_LINE_JOIN) {
-            /* In the table: its step waits for a connection. */
-            if (placed(r, req))
+            /* In the table: its step waits for a connection, unless its
+             * grant came or its place is gone. */
+            bool in_table = placed(r, req);
+            if (in_table && !req->line_granted) {
                 line_idle(r, req, req->line_step,
                           clock_mono_ns() + LINE_RETRY_NS);
-            else
-                line_dropped(r, req, "storage unavailable");
+                continue;
+            }
+            if (in_table)
+                line_find(r, req->line_call, true);
+            line_dropped(r, req, "storage unavailable");
             continue;
         }
         if (req->op == OP_STATS && mode_admin_start(req) == 0) {
