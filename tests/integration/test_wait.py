@@ -470,8 +470,37 @@ def test_a_waiter_waits_again_at_another_replica_when_its_own_drains():
         assert (got["owner"], got["token"]) == ("bob", held.token + 1)
 
 
+def test_waiters_are_answered_when_the_database_restarts():
+    """The database restarts under waiting calls: their places go with
+    the connections, they are answered UNAVAILABLE, and once the database
+    is back the replica serves Waits again (the lease held before waits
+    for the database's quarantine, as any would)."""
+    import pg
+    server = pg.Postgres("waitrestart").start()
+    try:
+        with Leased(ttl="20s", args=METRICS + ["--postgres-timeout", "1s"],
+                    postgres=server.conninfo()) as d:
+            c = d.client()
+            held = c.acquire("s", "holder")
+            w1, w2 = line_up(d, c, "s", ["w1", "w2"])
+            server.stop()
+            for w in (w1, w2):
+                expect_code(UNAVAILABLE, w.result)
+            until_waiting(d, 0)
+            server.start()
+            d.wait_log(r"database_connected connection=listening", 20)
+            until("SERVING again", lambda: c.health() == "SERVING")
+            w3, = line_up(d, c, "s", ["w3"])
+            c.release(held)
+            l3 = granted(w3)
+            assert l3.owner == "w3" and l3.token == held.token + 1, l3
+    finally:
+        server.stop()
+
+
 POSTGRES_ONLY = [
     "test_waiters_at_several_replicas_are_granted_in_one_order",
+    "test_waiters_are_answered_when_the_database_restarts",
     "test_a_waiter_waits_again_at_another_replica_when_its_own_drains",
     "test_a_replica_that_dies_takes_its_waiters_places_with_it",
     "test_a_dead_replicas_waiter_granted_is_caught",
