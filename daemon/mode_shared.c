@@ -48,6 +48,11 @@
  * logged and counted once per replica; the database itself holds the
  * quarantine every replica honours.
  *
+ * A Wait waits in the database's line of its session, one line for every
+ * replica; the replica has one more connection, its listening one, that
+ * keeps its waiters' places and hears of their grants (see "Waits"
+ * below).
+ *
  * The database's clock decides expiry. Each batch also reads it, and each
  * slot compares its progress with the monotonic clock's between batches:
  * a jump of more than CLOCK_STEP_NS (beyond what the two round trips can
