@@ -95,6 +95,25 @@ def test_waiters_are_granted_in_order_across_releases_and_an_expiry():
         until_waiting(d, 0)
 
 
+def test_an_acquire_after_the_expiry_goes_behind_the_line():
+    """Once a lease with a line expired, an Acquire (or its holder's
+    renewal) does not take it: the first waiter does, whichever call
+    leased sees first after the expiry (its own wake-up, or the
+    Acquire)."""
+    with Leased(ttl="2s", args=METRICS) as d:
+        c = d.client()
+        held = c.acquire("s", "holder")
+        w1, = line_up(d, c, "s", ["w1"])
+        expiry = held.expiry.ToNanoseconds()
+        until("the holder's expiry", lambda: time.time_ns() > expiry)
+        expect_code(HELD, c.acquire, "s", "rude")
+        expect_code(HELD, c.renew, mecatl_lease(held))
+        l1 = granted(w1)
+        assert l1.owner == "w1" and l1.token == held.token + 1, l1
+        got = c.get("s")
+        assert (got.owner, got.token) == ("w1", l1.token)
+
+
 def test_a_waiter_whose_call_ended_is_skipped_and_never_granted():
     with Leased(ttl="20s", args=METRICS) as d:
         c = d.client()
