@@ -224,10 +224,10 @@ def test_bad_input_is_refused_and_changes_nothing():
         assert waiting(d) == 0
 
 
-def leasectl(d, *args):
-    """Starts leasectl against d (JSON output)."""
+def leasectl(url, *args):
+    """Starts leasectl against url (JSON output)."""
     return subprocess.Popen(
-        [os.environ["LEASECTL_BIN"], "--url", d.addr, "--json"] + list(args),
+        [os.environ["LEASECTL_BIN"], "--url", url, "--json"] + list(args),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -242,6 +242,15 @@ def finished(p):
     return p.returncode, out, err
 
 
+def leasectl_lease(p):
+    """What leasectl p said it acquired, once it exited 0: (owner,
+    token)."""
+    rc, out, err = finished(p)
+    assert rc == 0, (rc, out, err)
+    got = json.loads(out)
+    return got["owner"], got["token"]
+
+
 def test_leasectl_waits_in_line_and_is_granted_at_the_release():
     """leasectl acquire --wait (liblease's lease_wait) waits in leased's
     line, not by asking again: the gauge counts it, and the release hands
@@ -249,17 +258,16 @@ def test_leasectl_waits_in_line_and_is_granted_at_the_release():
     with Leased(ttl="20s", args=METRICS) as d:
         c = d.client()
         held = c.acquire("s", "holder")
-        p = leasectl(d, "acquire", "s", "--owner", "bob", "--wait", "30s")
+        p = leasectl(d.addr, "acquire", "s", "--owner", "bob", "--wait",
+                     "30s")
         until_waiting(d, 1)
         assert p.poll() is None
         c.release(held)
-        rc, out, err = finished(p)
-        assert rc == 0, (rc, out, err)
-        got = json.loads(out)
-        assert (got["owner"], got["token"]) == ("bob", held.token + 1)
+        assert leasectl_lease(p) == ("bob", held.token + 1)
         # Its --wait ends while the lease is still held: exit 3 (held),
         # and it left the line.
-        p = leasectl(d, "acquire", "s", "--owner", "carol", "--wait", "1s")
+        p = leasectl(d.addr, "acquire", "s", "--owner", "carol", "--wait",
+                     "1s")
         until_waiting(d, 1)
         assert finished(p)[0] == HELD_EXIT
         until_waiting(d, 0)
@@ -273,10 +281,7 @@ def test_leasectl_wait_asks_again_where_wait_is_not_served():
     with Leased(ttl="20s", args=METRICS) as d, MecatlOnly(d.addr) as front:
         c = d.client()
         held = c.acquire("s", "holder")
-        p = subprocess.Popen(
-            [os.environ["LEASECTL_BIN"], "--url", front, "--json", "acquire",
-             "s", "--owner", "bob", "--wait", "30s"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = leasectl(front, "acquire", "s", "--owner", "bob", "--wait", "30s")
         # Its Wait answered UNIMPLEMENTED by the front, then an Acquire
         # (passed through) refused.
         deadline = time.monotonic() + 20
@@ -286,10 +291,7 @@ def test_leasectl_wait_asks_again_where_wait_is_not_served():
         assert requests(d, "leased.v1.Leases/Wait", "OK") == 0
         assert waiting(d) == 0
         c.release(held)
-        rc, out, err = finished(p)
-        assert rc == 0, (rc, out, err)
-        got = json.loads(out)
-        assert (got["owner"], got["token"]) == ("bob", held.token + 1)
+        assert leasectl_lease(p) == ("bob", held.token + 1)
 
 
 # --- Over PostgreSQL: one line for every replica ---------------------------
@@ -474,20 +476,15 @@ def test_a_waiter_waits_again_at_another_replica_when_its_own_drains():
     with a, b:
         cb = b.client()
         held = cb.acquire("s", "holder")
-        p = subprocess.Popen(
-            [os.environ["LEASECTL_BIN"], "--url", "%s,%s" % (a.addr, b.addr),
-             "--json", "acquire", "s", "--owner", "bob", "--wait", "60s"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = leasectl("%s,%s" % (a.addr, b.addr), "acquire", "s", "--owner",
+                     "bob", "--wait", "60s")
         until_waiting(a, 1)
         a.proc.send_signal(signal.SIGTERM)
         until_waiting(b, 1)
         assert a.proc.wait(timeout=15) == 0
         assert p.poll() is None
         cb.release(held)
-        rc, out, err = finished(p)
-        assert rc == 0, (rc, out, err)
-        got = json.loads(out)
-        assert (got["owner"], got["token"]) == ("bob", held.token + 1)
+        assert leasectl_lease(p) == ("bob", held.token + 1)
 
 
 def test_waiters_are_answered_when_the_database_restarts():
