@@ -57,6 +57,8 @@ const char *lease_strerror(int err)
         return "not allowed for this caller";
     case LEASE_EUNAUTH:
         return "no valid credentials";
+    case LEASE_EGONE:
+        return "the changes asked for are no longer kept: read again";
     default:
         return "unknown error";
     }
@@ -165,6 +167,27 @@ int lease_wait(struct lease_client *c, const char *session_id,
     if ((err == LEASE_EDEADLINE || err == LEASE_EUNAVAILABLE) &&
         deadline_ns != INT64_MAX)
         return lease_acquire(c, session_id, owner, out);
+    return finish(err, errmsg);
+}
+
+int lease_watch(struct lease_client *c, const char *session_id, bool prefix,
+                uint64_t *revision, int64_t deadline_ns,
+                int (*fn)(void *arg, const struct lease_event *ev), void *arg)
+{
+    int err = prefix && session_id != NULL && session_id[0] == '\0'
+                  ? LEASE_OK
+                  : check(prefix ? "prefix" : "session_id", session_id,
+                          LEASE_SESSION_MAX);
+    if (err != LEASE_OK)
+        return err;
+    if (revision == NULL || fn == NULL)
+        return client_fail(LEASE_EINVAL, "revision or fn is NULL");
+    if (c->backend->watch == NULL)
+        return client_fail(LEASE_EUNSUPPORTED,
+                           "this backend has no changes to watch");
+    char errmsg[256] = "";
+    err = c->backend->watch(c->impl, session_id, prefix, revision, deadline_ns,
+                            fn, arg, errmsg, sizeof(errmsg));
     return finish(err, errmsg);
 }
 

@@ -13,6 +13,7 @@
 #include "errmsg.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "nanotime.h"
+#include "stream.h"
 #include "unary.h"
 
 #define DEFAULT_TIMEOUT_MS 5000
@@ -22,6 +23,10 @@
 #define RECONNECT_MAX_MS 1000
 #define CONNECT_MIN_MS 1000 /* the least time a connection attempt gets */
 #define RETRY_PAUSE_MS 100 /* the least a round of retries takes */
+/* A stream's: longer than leased's linger between the last call of a
+ * drain and its shutdown (200 ms), which a watcher asking again more
+ * often would hold off until --drain-timeout. */
+#define STREAM_RETRY_PAUSE_MS 500
 #define WAIT_SLICE_MS 250  /* waiting for one target to connect */
 
 static char *read_pem(const char *path)
@@ -338,6 +343,79 @@ grpc_status_code conn_call_long(struct conn *c, const char *path,
             break;
         round = pause_until(
             end - round > RETRY_PAUSE_MS ? round + RETRY_PAUSE_MS : end);
+    }
+    snprintf(details, details_len, "%s", why);
+    return GRPC_STATUS_UNAVAILABLE;
+}
+
+/* Has ch connect (gRPC 1.51 connects again only when asked), waiting up
+ * to ms, or until end_ms if sooner, for it to be ready. */
+static void connect_within(grpc_channel *ch, int64_t ms, int64_t end_ms)
+{
+    grpc_connectivity_state s = grpc_channel_check_connectivity_state(ch, 1);
+    if (s == GRPC_CHANNEL_READY)
+        return;
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
+    gpr_timespec deadline = deadline_in(end_ms, ms);
+    while (s != GRPC_CHANNEL_READY && s != GRPC_CHANNEL_SHUTDOWN) {
+        grpc_channel_watch_connectivity_state(ch, s, deadline, cq, NULL);
+        grpc_event ev = grpc_completion_queue_next(
+            cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (!ev.success)
+            break; /* the deadline */
+        s = grpc_channel_check_connectivity_state(ch, 1);
+    }
+    grpc_completion_queue_shutdown(cq);
+    while (
+        grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+            .type != GRPC_QUEUE_SHUTDOWN)
+        ;
+    grpc_completion_queue_destroy(cq);
+}
+
+grpc_status_code conn_stream(struct conn *c, const char *path, int64_t end_ns,
+                             const ProtobufCMessage *req,
+                             const ProtobufCMessageDescriptor *desc,
+                             int (*on_msg)(void *arg, ProtobufCMessage *msg),
+                             void *arg, char *details, size_t details_len)
+{
+    int64_t end = end_ns == INT64_MAX ? INT64_MAX : end_ns / 1000000;
+    const grpc_metadata *md = c->has_token ? &c->auth : NULL;
+    char why[256] = "";
+    for (int64_t round = nanotime_mono_ms();;) {
+        size_t first = atomic_load(&c->current);
+        for (size_t k = 0; k < c->ntargets; k++) {
+            size_t t = (first + k) % c->ntargets;
+            connect_within(c->channels[t], WAIT_SLICE_MS, end);
+            int64_t now = nanotime_mono_ms();
+            gpr_timespec deadline = end == INT64_MAX
+                                        ? gpr_inf_future(GPR_CLOCK_MONOTONIC)
+                                        : deadline_in(end, end - now);
+            bool stopped;
+            size_t received;
+            grpc_status_code status = stream_call(
+                c->channels[t], path, md, c->has_token, req, desc, deadline,
+                on_msg, arg, &stopped, &received, details, details_len);
+            if (stopped)
+                return GRPC_STATUS_OK;
+            if (status != GRPC_STATUS_UNAVAILABLE) {
+                if (t != first)
+                    atomic_store(&c->current, t);
+                return status;
+            }
+            if (received > 0) { /* it served a while: its reason is news */
+                atomic_store(&c->current, t);
+                snprintf(why, sizeof(why), "%s", details);
+                round = nanotime_mono_ms();
+            } else if (why[0] == '\0') {
+                snprintf(why, sizeof(why), "%s", details);
+            }
+        }
+        if (nanotime_mono_ms() >= end)
+            break;
+        round = pause_until(end - round > STREAM_RETRY_PAUSE_MS
+                                ? round + STREAM_RETRY_PAUSE_MS
+                                : end);
     }
     snprintf(details, details_len, "%s", why);
     return GRPC_STATUS_UNAVAILABLE;

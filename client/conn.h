@@ -87,4 +87,17 @@ grpc_status_code conn_call_long(struct conn *c, const char *path,
                                 ProtobufCMessage **resp, int64_t *ttl_ns,
                                 char *details, size_t details_len);
 
+/* A server-streaming call (stream.h) that may last until end_ns
+ * (CLOCK_MONOTONIC; INT64_MAX: no end), past the timeout, failing over
+ * as conn_call_long does: a target that answers UNAVAILABLE (down,
+ * draining, its connection lost mid-stream) hands over to the next,
+ * with req packed again, so on_msg may change it between calls (a
+ * Watch's revision to resume from). GRPC_STATUS_OK when on_msg stopped
+ * the stream; as stream_call() otherwise. */
+grpc_status_code conn_stream(struct conn *c, const char *path, int64_t end_ns,
+                             const ProtobufCMessage *req,
+                             const ProtobufCMessageDescriptor *desc,
+                             int (*on_msg)(void *arg, ProtobufCMessage *msg),
+                             void *arg, char *details, size_t details_len);
+
 #endif

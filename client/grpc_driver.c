@@ -2,7 +2,8 @@
  * The gRPC driver (see lease.h, lease_grpc_open): the three lease calls as
  * unary calls of mecatl.driver.v1.SessionLeaseService, and lease_wait as
  * leased's own leased.v1.Leases/Wait (a server without it answers
- * UNIMPLEMENTED, and client.c polls instead), with gRPC C core and
+ * UNIMPLEMENTED, and client.c polls instead), and lease_watch as its
+ * server-streaming Watch, with gRPC C core and
  * protobuf-c. Each call has its own completion queue, so one client
  * serves any number of threads at once. Targets, TLS, token and failover
  * are conn.c's.
@@ -19,7 +20,7 @@
 #include "mecatl/driver/v1/session_lease.pb-c.h"
 #include "status.h"
 
-enum method { M_ACQUIRE, M_RENEW, M_RELEASE, M_WAIT, M_COUNT };
+enum method { M_ACQUIRE, M_RENEW, M_RELEASE, M_WAIT, M_WATCH, M_COUNT };
 
 struct driver {
     struct conn conn;
@@ -183,6 +184,84 @@ static int drv_release(void *impl, const struct lease *cur, char *errmsg,
     return err;
 }
 
+/* A Watch under way: its request (whose revision follows the stream,
+ * for the next target to resume from) and the caller's callback. */
+struct watching {
+    Leased__V1__WatchRequest req;
+    uint64_t *revision;
+    int (*fn)(void *arg, const struct lease_event *ev);
+    void *arg;
+    bool bad; /* a lease over the size limits came */
+};
+
+static void reached(struct watching *w, uint64_t revision)
+{
+    *w->revision = revision;
+    w->req.after_revision = revision;
+}
+
+/* One WatchResponse: each event to the caller, then the revision the
+ * message covers. A lease over the size limits is not one leased sends:
+ * the stream stops there, as on a malformed message. */
+static int on_watch(void *arg, ProtobufCMessage *msg)
+{
+    struct watching *w = arg;
+    const Leased__V1__WatchResponse *m = (Leased__V1__WatchResponse *)msg;
+    for (size_t i = 0; i < m->n_events; i++) {
+        const Leased__V1__Event *e = m->events[i];
+        const Leased__V1__Lease *l = e->lease;
+        struct lease_event ev = {.revision = e->revision,
+                                 .kind = (enum lease_event_kind)e->kind};
+        if (l == NULL || l->expiry == NULL ||
+            client_fill(&ev.lease, l->session_id, strlen(l->session_id),
+                        l->owner, strlen(l->owner), l->token,
+                        l->expiry->seconds * 1000000000 + l->expiry->nanos,
+                        0) != LEASE_OK) {
+            w->bad = true;
+            return 1;
+        }
+        reached(w, e->revision);
+        if (w->fn(w->arg, &ev) != 0)
+            return 1;
+    }
+    if (m->compact_revision == 0)
+        reached(w, m->revision);
+    return 0;
+}
+
+static int drv_watch(void *impl, const char *session_id, bool prefix,
+                     uint64_t *revision, int64_t deadline_ns,
+                     int (*fn)(void *arg, const struct lease_event *ev),
+                     void *arg, char *errmsg, size_t len)
+{
+    struct driver *d = impl;
+    struct watching w = {LEASED__V1__WATCH_REQUEST__INIT, revision, fn, arg,
+                         false};
+    if (prefix)
+        w.req.prefix = (char *)session_id;
+    else
+        w.req.session_id = (char *)session_id;
+    w.req.after_revision = *revision;
+    char details[256];
+    grpc_status_code status =
+        conn_stream(&d->conn, d->paths[M_WATCH], deadline_ns, &w.req.base,
+                    &leased__v1__watch_response__descriptor, on_watch, &w,
+                    details, sizeof(details));
+    int err =
+        status == GRPC_STATUS_OUT_OF_RANGE ? LEASE_EGONE : status_error(status);
+    if (w.bad) {
+        err = LEASE_EUNAVAILABLE;
+        snprintf(details, sizeof(details),
+                 "an event's lease is over the "
+                 "size limits");
+    }
+    if (err != LEASE_OK)
+        snprintf(errmsg, len, "%s (%s)",
+                 details[0] != '\0' ? details : lease_strerror(err),
+                 status_name(status));
+    return err;
+}
+
 static void drv_destroy(void *impl)
 {
     struct driver *d = impl;
@@ -197,6 +276,7 @@ static const struct lease_backend grpc_backend = {
     .destroy = drv_destroy,
     .renew_until = drv_renew_until,
     .wait = drv_wait,
+    .watch = drv_watch,
 };
 
 int lease_grpc_open(const char *target, const struct lease_grpc_options *opts,
@@ -215,10 +295,10 @@ int lease_grpc_open(const char *target, const struct lease_grpc_options *opts,
     const ProtobufCServiceDescriptor *svc =
         &mecatl__driver__v1__session_lease_service__descriptor;
     static const char *const names[M_COUNT] = {"Acquire", "Renew", "Release",
-                                               "Wait"};
+                                               "Wait", "Watch"};
     for (int m = 0; m < M_COUNT; m++)
         snprintf(d->paths[m], sizeof(d->paths[m]), "/%s/%s",
-                 m == M_WAIT ? leased__v1__leases__descriptor.name : svc->name,
+                 m >= M_WAIT ? leased__v1__leases__descriptor.name : svc->name,
                  names[m]);
     if ((*out = lease_client_create(&grpc_backend, d)) == NULL) {
         drv_destroy(d);

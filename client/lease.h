@@ -21,6 +21,7 @@
 #ifndef LEASE_H
 #define LEASE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -58,6 +59,10 @@ enum lease_err {
      * wrong ones (gRPC UNAUTHENTICATED). Nothing changed. Fix the bearer
      * token or the client certificate. */
     LEASE_EUNAUTH = -8,
+    /* lease_watch: the changes after the revision asked for are no
+     * longer kept (or the revision is ahead of the service's store): read
+     * the leases again and watch from 0. */
+    LEASE_EGONE = -9,
 };
 
 /* A static description of err ("held by another owner", …). */
@@ -204,6 +209,44 @@ int lease_file_open(const char *dir, int64_t ttl_ns,
                     int64_t (*now_ns)(void *arg), void *arg,
                     struct lease_client **out);
 
+/* ---- Watching ------------------------------------------------------- */
+
+/* A change of a lease (leased.v1.Leases/Watch). Renewals are not
+ * changes. */
+enum lease_event_kind {
+    LEASE_GRANTED = 1, /* a new holder, with a new token */
+    LEASE_RELEASED,    /* its holder let go */
+    LEASE_EXPIRED,     /* it ran out without a renewal */
+    LEASE_REVOKED,     /* an operator ended it */
+};
+
+struct lease_event {
+    uint64_t revision; /* rises with every change the service stores */
+    enum lease_event_kind kind;
+    /* GRANTED: the new lease (expiry_ns as granted); the others: the
+     * lease that ended. ttl_ns is 0. */
+    struct lease lease;
+};
+
+/* Calls fn(arg, ev) for each change of session_id's lease, or, when
+ * prefix is true, of the lease of every session whose id starts with
+ * session_id ("" then: every session), in the order of their revisions,
+ * each once the service stored it; on the calling thread, from the
+ * first change after *revision (0: from now on). *revision follows the
+ * stream: the last revision it covered, changes of other sessions
+ * included, so a later lease_watch from it misses nothing and repeats
+ * nothing. It lasts until fn returns non-zero (then LEASE_OK), or until
+ * deadline_ns (CLOCK_MONOTONIC; INT64_MAX: no end; LEASE_EDEADLINE).
+ * A service that goes away or drains is watched again at the next
+ * target (or the same one, back), from *revision, until the deadline.
+ * LEASE_EGONE: what followed *revision is no longer kept (leased keeps
+ * its last --watch-history changes): read the leases again and watch
+ * from 0. LEASE_EUNSUPPORTED from a service without Watch (and from the
+ * in-memory and file backends). */
+int lease_watch(struct lease_client *c, const char *session_id, bool prefix,
+                uint64_t *revision, int64_t deadline_ns,
+                int (*fn)(void *arg, const struct lease_event *ev), void *arg);
+
 /* ---- Backends of your own ------------------------------------------- */
 
 /* A backend: each function has the contract of the lease_ call of the
@@ -230,6 +273,12 @@ struct lease_backend {
     int (*wait)(void *impl, const char *session_id, const char *owner,
                 int64_t deadline_ns, struct lease *out, char *errmsg,
                 size_t len);
+    /* lease_watch (session_id checked; "" only with prefix). May be
+     * NULL: LEASE_EUNSUPPORTED. */
+    int (*watch)(void *impl, const char *session_id, bool prefix,
+                 uint64_t *revision, int64_t deadline_ns,
+                 int (*fn)(void *arg, const struct lease_event *ev), void *arg,
+                 char *errmsg, size_t len);
 };
 
 /* Wraps a backend (borrowed; it must outlive the client) and its impl

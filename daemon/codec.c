@@ -20,6 +20,7 @@
 #include "leased/codec/v1/wire.pb-c.h"
 #include "leased/v1/leases.pb-c.h"
 #include "mecatl/driver/v1/session_lease.pb-c.h"
+#include "store.h"
 #include "validate.h"
 #include "version.h"
 
@@ -114,6 +115,31 @@ static int decode_admin(enum request_op op, const uint8_t *buf, size_t len,
     return 0;
 }
 
+/* A WatchRequest: a session id, or else a prefix (which may be empty). */
+static int decode_watch(const uint8_t *buf, size_t len, struct request *req,
+                        void **msg)
+{
+    Leased__Codec__V1__WireWatchRequest *m =
+        leased__codec__v1__wire_watch_request__unpack(NULL, len, buf);
+    if (m == NULL)
+        return invalid(req, "malformed WatchRequest");
+    *msg = m;
+    req->after_revision = m->after_revision;
+    req->prefix = m->session_id.len == 0;
+    if (m->session_id.len > 0 && m->prefix.len > 0)
+        return invalid(req, "set session_id or prefix, not both");
+    if (m->session_id.len > 0)
+        return take_string(req, "session_id", &m->session_id,
+                           ENGINE_SESSION_MAX, &req->session,
+                           &req->session_len);
+    req->session = "";
+    req->session_len = 0;
+    if (m->prefix.len == 0)
+        return 0;
+    return take_string(req, "prefix", &m->prefix, ENGINE_SESSION_MAX,
+                       &req->session, &req->session_len);
+}
+
 int codec_decode(enum request_op op, const uint8_t *buf, size_t len,
                  struct request *req, void **msg)
 {
@@ -121,6 +147,13 @@ int codec_decode(enum request_op op, const uint8_t *buf, size_t len,
     req->op = op;
     if (request_is_admin(op)) {
         if (decode_admin(op, buf, len, req, msg) == 0)
+            return 0;
+        codec_free(*msg);
+        *msg = NULL;
+        return -1;
+    }
+    if (op == OP_WATCH) {
+        if (decode_watch(buf, len, req, msg) == 0)
             return 0;
         codec_free(*msg);
         *msg = NULL;
@@ -197,17 +230,64 @@ size_t codec_encode_reply(const struct request *req, uint8_t *buf,
     return leased__codec__v1__wire_lease_response__pack(&resp, buf);
 }
 
+uint8_t *codec_encode_watch(const struct store_event *const *evs, size_t n,
+                            uint64_t revision, uint64_t compact_revision,
+                            size_t *len)
+{
+    Leased__Codec__V1__WireEvent *ev = calloc(n + 1, sizeof(*ev));
+    Leased__Codec__V1__WireEvent **evp = calloc(n + 1, sizeof(*evp));
+    Leased__Codec__V1__WireLease *lease = calloc(n + 1, sizeof(*lease));
+    Google__Protobuf__Timestamp *ts = calloc(n + 1, sizeof(*ts));
+    uint8_t *buf = NULL;
+    if (ev == NULL || evp == NULL || lease == NULL || ts == NULL)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        const struct lease_row *l = &evs[i]->lease;
+        leased__codec__v1__wire_event__init(&ev[i]);
+        leased__codec__v1__wire_lease__init(&lease[i]);
+        google__protobuf__timestamp__init(&ts[i]);
+        ts[i].seconds = l->expiry_ns / 1000000000;
+        ts[i].nanos = (int32_t)(l->expiry_ns % 1000000000);
+        lease[i].session_id.data = (uint8_t *)l->session;
+        lease[i].session_id.len = l->session_len;
+        lease[i].owner.data = (uint8_t *)l->owner;
+        lease[i].owner.len = l->owner_len;
+        lease[i].token = l->token;
+        lease[i].expiry = &ts[i];
+        ev[i].revision = evs[i]->revision;
+        ev[i].kind = (Leased__Codec__V1__WireEvent__Kind)evs[i]->kind;
+        ev[i].lease = &lease[i];
+        evp[i] = &ev[i];
+    }
+    Leased__Codec__V1__WireWatchResponse resp =
+        LEASED__CODEC__V1__WIRE_WATCH_RESPONSE__INIT;
+    resp.n_events = n;
+    resp.events = evp;
+    resp.revision = revision;
+    resp.compact_revision = compact_revision;
+    *len = leased__codec__v1__wire_watch_response__get_packed_size(&resp);
+    buf = malloc(*len > 0 ? *len : 1);
+    if (buf != NULL)
+        leased__codec__v1__wire_watch_response__pack(&resp, buf);
+out:
+    free(ev);
+    free(evp);
+    free(lease);
+    free(ts);
+    return buf;
+}
+
 void codec_method_path(enum request_op op, char *buf, size_t cap)
 {
     static const char *const names[] = {
         [OP_ACQUIRE] = "Acquire",  [OP_RENEW] = "Renew",
         [OP_RELEASE] = "Release",  [OP_WAIT] = "Wait",
-        [OP_GET] = "Get",          [OP_LIST] = "List",
-        [OP_STATS] = "Stats",      [OP_REVOKE] = "Revoke",
-        [OP_SNAPSHOT] = "Snapshot"};
+        [OP_WATCH] = "Watch",      [OP_GET] = "Get",
+        [OP_LIST] = "List",        [OP_STATS] = "Stats",
+        [OP_REVOKE] = "Revoke",    [OP_SNAPSHOT] = "Snapshot"};
     const ProtobufCServiceDescriptor *d =
         request_is_admin(op) ? &leased__admin__v1__admin__descriptor
-        : op == OP_WAIT
+        : op == OP_WAIT || op == OP_WATCH
             ? &leased__v1__leases__descriptor
             : &mecatl__driver__v1__session_lease_service__descriptor;
     const ProtobufCMethodDescriptor *m =

@@ -12,6 +12,8 @@
 
 #include "request.h"
 
+struct store_event;
+
 /* Decodes and validates the body of an op call into *req (op, strings,
  * token). On success *msg holds the decoded message that req's strings
  * point into: free it with codec_free() after the reply. On failure
@@ -33,6 +35,13 @@ size_t codec_encode_reply(const struct request *req, uint8_t *buf,
 /* Encodes the OK reply of an admin call (req->admin) into a new malloc'd
  * buffer of *len bytes; NULL when out of memory. Not a Snapshot's: */
 uint8_t *codec_encode_admin(const struct request *req, size_t *len);
+
+/* Encodes a WatchResponse of the events evs[0..n), revision and
+ * compact_revision into a new malloc'd buffer of *len bytes; NULL when
+ * out of memory. */
+uint8_t *codec_encode_watch(const struct store_event *const *evs, size_t n,
+                            uint64_t revision, uint64_t compact_revision,
+                            size_t *len);
 
 /* A SnapshotResponse of a database of len bytes is these bytes (the
  * field's tag and length, written into buf: CODEC_SNAPSHOT_HEADER_MAX is

@@ -66,6 +66,11 @@ const struct config_option config_options[] = {
      .def = "65536",
      .help = "requests queued or in progress at once; more get "
              "RESOURCE_EXHAUSTED"},
+    {.name = "watch-history", .env = "LEASED_WATCH_HISTORY", .arg = "N",
+     .kind = CONFIG_SIZE, FIELD(watch_history), .min = 1, .max = 10000000,
+     .def = "10000",
+     .help = "changes of leases kept for Watch to resume from (in memory "
+             "and in the store); a watcher further behind reads again"},
     {.name = "tls-cert", .env = "LEASED_TLS_CERT", .arg = "FILE",
      .kind = CONFIG_FILE, FIELD(tls_cert),
      .help = "PEM certificate chain: TLS 1.2+ on every TCP listener"},

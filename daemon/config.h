@@ -24,6 +24,7 @@ struct config {
     int64_t ttl_ns;
     enum log_level log_level;
     size_t max_pending; /* requests queued or in progress at once */
+    size_t watch_history; /* events kept for Watch (history.h) */
     const char *tls_cert, *tls_key, *tls_client_ca; /* NULL: not given */
     bool insecure; /* plaintext allowed on non-loopback addresses */
     const char *auth_token_file;

@@ -23,6 +23,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "history.h"
 #include "policy.h"
 #include "request.h"
 #include "tls.h"
@@ -60,6 +61,7 @@ struct frontend_options {
     unsigned socket_mode;  /* of unix sockets, e.g. 0660 */
     const struct config_limits *limits;
     int64_t drain_ns; /* after frontend_shutdown(), calls get this long */
+    struct history *history; /* what Watch streams send (history.h) */
 };
 
 /* Creates the gRPC server, binds every address (the options and what they
@@ -113,6 +115,9 @@ enum frontend_tag_kind {
     TAG_HEALTH_CALL,   /* a Check or Watch call arrived */
     TAG_HEALTH_SENT,   /* a health call's send batch */
     TAG_HEALTH_CLOSED, /* a Watch call is over (RECV_CLOSE_ON_SERVER) */
+    TAG_WATCH_SENT,    /* a leased.v1 Watch stream's send batch */
+    TAG_WATCH_CLOSED,  /* a Watch stream is over (RECV_CLOSE_ON_SERVER) */
+    TAG_WATCH_WAKE,    /* new events (watch.h's waker) */
 };
 
 struct frontend_tag {

@@ -33,6 +33,7 @@
 #include "config.h"
 #include "datadir.h"
 #include "frontend.h"
+#include "history.h"
 #include "import.h"
 #include "log.h"
 #include "metrics.h"
@@ -50,6 +51,7 @@ struct daemon {
     struct tokens *tokens; /* NULL: no bearer tokens */
     struct tokens *admin_tokens; /* NULL: admin calls use tokens */
     struct policy *policy; /* NULL: every caller may do anything */
+    struct history *history;      /* what the mode tells Watch streams */
     struct metrics_http *metrics; /* NULL: no --metrics-listen */
     int signal_fd; /* SIGTERM, SIGINT and SIGHUP, read by the loop */
     uv_poll_t signals;
@@ -312,9 +314,16 @@ int main(int argc, char **argv)
     uv_loop_t *loop = uv_default_loop();
     const struct mode_ops *mode = cfg.postgres != NULL ? &mode_shared
                                                        : &mode_embedded;
-    struct mode_hooks hooks = {reply, on_storage, on_wanted, on_fatal, &d};
+    d.history = history_create(cfg.watch_history);
+    if (d.history == NULL) {
+        failed("startup_failed", "out of memory");
+        return 1;
+    }
+    struct mode_hooks hooks = {reply,    on_storage, on_wanted,
+                               on_fatal, &d,         d.history};
     if (mode->open(loop, &cfg, &hooks, &d.mode, err, sizeof(err)) != 0) {
         failed("startup_failed", err);
+        history_destroy(d.history);
         return 1;
     }
 
@@ -340,6 +349,7 @@ int main(int argc, char **argv)
         .socket_mode = cfg.socket_mode,
         .limits = &cfg.limits,
         .drain_ns = cfg.drain_ns,
+        .history = d.history,
     };
     if (d.policy != NULL)
         metrics_set_extra(write_policy_metrics, d.policy);
@@ -359,6 +369,7 @@ int main(int argc, char **argv)
         tokens_free(d.tokens);
         tokens_free(d.admin_tokens);
         policy_free(d.policy);
+        history_destroy(d.history);
         return 1;
     }
     log_info("started", "version=%s store=%s data_dir=%s ttl_ms=%lld pid=%ld",
@@ -377,6 +388,7 @@ int main(int argc, char **argv)
     tokens_free(d.tokens);
     tokens_free(d.admin_tokens);
     policy_free(d.policy);
+    history_destroy(d.history);
     log_info("stopped", NULL);
     return 0;
 }

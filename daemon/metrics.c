@@ -27,6 +27,7 @@ static const char *const method_names[MM_COUNT] = {
     [MM_RENEW] = "Renew",
     [MM_RELEASE] = "Release",
     [MM_WAIT] = "leased.v1.Leases/Wait",
+    [MM_WATCH] = "leased.v1.Leases/Watch",
     [MM_HEALTH_CHECK] = "grpc.health.v1.Health/Check",
     [MM_HEALTH_WATCH] = "grpc.health.v1.Health/Watch",
     [MM_ADMIN] = "leased.admin.v1.Admin",
@@ -79,10 +80,9 @@ void metrics_count_request(enum metric_method m, int grpc_code)
 enum metric_method metrics_method(enum request_op op)
 {
     static const enum metric_method lease[] = {
-        [OP_ACQUIRE] = MM_ACQUIRE,
-        [OP_RENEW] = MM_RENEW,
-        [OP_RELEASE] = MM_RELEASE,
-        [OP_WAIT] = MM_WAIT,
+        [OP_ACQUIRE] = MM_ACQUIRE, [OP_RENEW] = MM_RENEW,
+        [OP_RELEASE] = MM_RELEASE, [OP_WAIT] = MM_WAIT,
+        [OP_WATCH] = MM_WATCH,
     };
     return request_is_admin(op) ? MM_ADMIN : lease[op];
 }
@@ -215,6 +215,8 @@ char *metrics_render(size_t *len)
           "Wait calls in line for a lease another holds (in "
           "leased_queue_depth too).",
           (double)atomic_load(&metrics.waiting_calls));
+    gauge(f, "leased_watch_streams", "Watch streams open.",
+          (double)atomic_load(&metrics.watch_streams));
     gauge(f, "leased_storage_failing",
           "1 while storage fails (health NOT_SERVING).",
           atomic_load(&metrics.storage_failing) ? 1 : 0);

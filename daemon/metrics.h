@@ -23,6 +23,7 @@ enum metric_method {
     MM_RENEW,
     MM_RELEASE,
     MM_WAIT,
+    MM_WATCH,
     MM_HEALTH_CHECK,
     MM_HEALTH_WATCH,
     MM_ADMIN, /* leased.admin.v1.Admin, any method */
@@ -46,6 +47,7 @@ struct metrics {
     struct histogram latency[3]; /* Acquire, Renew, Release: seconds */
     _Atomic uint64_t takeovers, expiries, reclaims, revokes, clock_steps;
     _Atomic int64_t leases_live, lease_entries, queue_depth, waiting_calls;
+    _Atomic int64_t watch_streams;
     _Atomic int64_t quarantine_remaining_ms;
     _Atomic bool storage_failing;
     struct histogram batch_changes;  /* changes per commit */

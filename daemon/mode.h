@@ -42,6 +42,7 @@
 #include "siphash.h"
 
 struct engine_change;
+struct history;
 struct lease_row;
 struct mode;
 struct pgstore;
@@ -60,6 +61,10 @@ struct mode_hooks {
      * process without touching the mode again. */
     void (*fatal)(void *arg, const char *why);
     void *arg;
+    /* Where a mode that serves Watch puts each change once durable (and
+     * the events it kept at its last run, at open), then marks it served
+     * (history.h). */
+    struct history *history;
 };
 
 struct mode_ops {

@@ -109,6 +109,7 @@
 #include "datadir.h"
 #include "engine.h"
 #include "faultpoint.h"
+#include "history.h"
 #include "log.h"
 #include "metrics.h"
 #include "mode.h"
@@ -190,6 +191,14 @@ struct embedded {
      * earliest a lease waited for may end (the engine's clock; 0: none). */
     struct waiters *waiters;
     int64_t wake_due_ns;
+
+    /* Watch (see Events below): where the events go once synced (NULL:
+     * nowhere, and none are made), the batch's events (strings its
+     * changes'), and the last revision given. */
+    struct history *history;
+    struct store_event *evs; /* two per change at most */
+    size_t nevs;
+    uint64_t revision;
 
     /* The longest TTL whose leases may still be live: longer than ttl_ns
      * after a restart that shortened the TTL, until the quarantine ends.
@@ -283,6 +292,46 @@ static enum engine_result engine_decide(struct embedded *s, int64_t now_ns,
     }
 }
 
+/* --- Events ------------------------------------------------------------
+ *
+ * Each change of owner in a batch is an event for Watch, numbered by the
+ * next revision: a takeover is GRANTED (after EXPIRED, when the lease it
+ * replaced had run out), a release RELEASED, a revoke REVOKED. The
+ * batch's commit stores them with its changes (store_apply_events, which
+ * keeps the last --watch-history), and its sync makes them visible to
+ * watchers (history_publish): a watcher sees nothing the disk may lose.
+ * A failed commit gives its revisions back. */
+
+static void add_event(struct embedded *s, enum store_event_kind kind,
+                      const struct lease_row *lease)
+{
+    s->evs[s->nevs++] = (struct store_event){
+        .revision = ++s->revision, .kind = kind, .lease = *lease};
+}
+
+static void add_events(struct embedded *s, enum request_op op,
+                       const struct engine_change *chg, int64_t now_ns)
+{
+    if (s->history == NULL)
+        return;
+    unsigned flags = flags_of(chg, now_ns);
+    if (flags & RULES_TAKEOVER) {
+        if (flags & RULES_EXPIRED)
+            add_event(s, STORE_EXPIRED, &chg->before);
+        add_event(s, STORE_GRANTED, &chg->after);
+    } else {
+        add_event(s, op == OP_REVOKE ? STORE_REVOKED : STORE_RELEASED,
+                  &chg->before);
+    }
+}
+
+static int load_event(void *arg, const struct store_event *ev)
+{
+    struct embedded *s = arg;
+    s->revision = ev->revision;
+    return history_append(s->history, ev, 1) == 0 ? 0 : STORE_ENOMEM;
+}
+
 /* Decides req at now_ns into chg: &s->chgs[s->nchgs] in a batch, or a
  * change of the caller's on the short path (which decides only what
  * changes no owner: see changes_no_owner()). Returns true when the
@@ -328,6 +377,8 @@ static bool decide(struct embedded *s, int64_t now_ns, struct request *req,
         assert(chg == &s->chgs[s->nchgs]);
         s->nchgs++;
         s->durable = s->durable || chg->durable;
+        if (chg->durable)
+            add_events(s, req->op, chg, now_ns);
     } else if (rc == ENGINE_OK) {
         mode_count(flags_of(chg, now_ns));
         engine_finish(s->engine, chg, true);
@@ -415,7 +466,9 @@ static void run_commit(uv_work_t *w)
                                        s->batch_now_ns);
         break;
     case SLOT_BATCH:
-        s->commit_err = store_apply(s->store, s->chgs, s->nchgs);
+        s->commit_err = store_apply_events(
+            s->store, s->chgs, s->nchgs, s->evs, s->nevs,
+            s->history != NULL ? history_capacity(s->history) : 0);
         break;
     case SLOT_IDLE:
     case SLOT_NSTATES:
@@ -477,6 +530,9 @@ static bool sync_outcome(struct embedded *s, bool cancelled, uint64_t covers)
     metrics_observe(&metrics.fsync_seconds, (double)s->sync_ns / 1e9);
     assert(covers >= s->synced_seq);
     s->synced_seq = covers;
+    if (s->history != NULL && history_publish(s->history, covers) != 0)
+        log_error("history_gap", "synced=%llu",
+                  (unsigned long long)covers); /* a bug */
     struct mode_queue done = {NULL, NULL};
     while (s->waiting.head != NULL &&
            s->waiting.head->commit_seq <= covers)
@@ -538,6 +594,11 @@ static void commit_ended(struct embedded *s, int status)
     bool ok = status == 0 && s->commit_err == STORE_OK;
     bool probe = sm_state(&s->slot) == SLOT_PROBE;
     uint64_t seq = ++s->committed_seq;
+    if (ok && s->nevs > 0 &&
+        history_stage(s->history, s->evs, s->nevs, seq) != 0) {
+        sync_failed(s, "out of memory for Watch's events");
+        return;
+    }
     if (ok) {
         log_debug("committed",
                   "changes=%zu durable=%d probe=%d commit_us=%lld", s->nchgs,
@@ -553,6 +614,7 @@ static void commit_ended(struct embedded *s, int status)
     } else {
         for (size_t i = s->nchgs; i-- > 0;)
             engine_finish(s->engine, &s->chgs[i], false);
+        s->revision -= s->nevs;
         uint64_t held;
         if (log_limit_pass(&s->commit_log, clock_mono_ns(), &held))
             log_warn("commit_failed",
@@ -573,6 +635,7 @@ static void commit_ended(struct embedded *s, int status)
         return;
     commit_outcome(s, ok, s->durable || probe);
     s->nchgs = 0;
+    s->nevs = 0;
     /* Answer what need not wait for the disk; the rest waits for a sync
      * that begins after this commit. */
     struct request *batch = s->batch;
@@ -1120,6 +1183,7 @@ static void embedded_destroy(struct mode *m)
     engine_destroy(s->engine);
     waiters_destroy(s->waiters);
     free(s->chgs);
+    free(s->evs);
     if (s->lock_fd >= 0)
         close(s->lock_fd);
     pthread_mutex_destroy(&s->lock);
@@ -1205,9 +1269,22 @@ static int load(struct embedded *s, char *errmsg, size_t len)
         return -1;
     }
     engine_raise_floor(s->engine, floor);
-    log_info("loaded", "leases=%zu token_floor=%llu quarantine_ms=%lld",
+    if (s->history != NULL) {
+        err = store_load_events(s->store, load_event, s);
+        if (err != STORE_OK) {
+            snprintf(errmsg, len, "loading events: %s",
+                     err == STORE_ENOMEM ? "out of memory, or revisions "
+                                           "that do not follow each other"
+                                         : store_errmsg(s->store));
+            return -1;
+        }
+        history_set_served(s->history);
+    }
+    log_info("loaded",
+             "leases=%zu token_floor=%llu quarantine_ms=%lld revision=%llu",
              engine_count(s->engine), (unsigned long long)floor,
-             (long long)(s->quarantine_ttl_ns / 1000000));
+             (long long)(s->quarantine_ttl_ns / 1000000),
+             (unsigned long long)s->revision);
     update_gauges(s, start_ns);
     return 0;
 }
@@ -1232,8 +1309,10 @@ struct mode *mode_embedded_create(uv_loop_t *loop, struct store *store,
     s->list_work.data = s;
     clock_init(&s->clock);
     s->chgs = calloc(MAX_BATCH + GC_MAX, sizeof(*s->chgs));
+    s->evs = calloc(2 * (MAX_BATCH + GC_MAX), sizeof(*s->evs));
     s->waiters = waiters_create();
-    if (s->chgs == NULL || s->waiters == NULL) {
+    s->history = hooks->history;
+    if (s->chgs == NULL || s->evs == NULL || s->waiters == NULL) {
         snprintf(errmsg, len, "out of memory");
         embedded_destroy(&s->base);
         return NULL;

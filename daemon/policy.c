@@ -525,7 +525,7 @@ static const char *refusal(const struct policy_rule *rule,
     if (req->op != OP_STATS &&
         !match(set, &rule->sessions, req->session, req->session_len))
         return "may not use this session_id";
-    if (!request_is_admin(req->op) &&
+    if (!request_is_admin(req->op) && req->op != OP_WATCH &&
         !match(set, &rule->owners, req->owner, req->owner_len))
         return "may not use this owner";
     return NULL;

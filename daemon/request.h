@@ -20,8 +20,10 @@ enum request_op {
     OP_ACQUIRE,
     OP_RENEW,
     OP_RELEASE,
-    /* leased.v1.Leases: an Acquire that waits in line (mode.h). */
+    /* leased.v1.Leases: an Acquire that waits in line (mode.h), and a
+     * stream of changes (watch.h: never handed to the loop). */
     OP_WAIT,
+    OP_WATCH,
     /* leased.admin.v1.Admin (request_is_admin()). */
     OP_GET,
     OP_LIST,
@@ -32,7 +34,7 @@ enum request_op {
 
 /* Whether op is a leased.admin.v1.Admin call, made with the admin tokens
  * when there are any. Otherwise it is a lease call (Acquire, Renew,
- * Release, Wait). */
+ * Release, Wait) or a Watch. */
 static inline bool request_is_admin(enum request_op op)
 {
     return op >= OP_GET;
@@ -110,6 +112,10 @@ struct request {
     const char *owner;
     size_t owner_len;
     uint64_t token; /* Renew, Release; Revoke: 0 for any */
+    /* Watch: session is the session, or the prefix when `prefix`; the
+     * changes after after_revision. */
+    bool prefix;
+    uint64_t after_revision;
     /* List: session is the prefix, and: */
     const char *page_token;
     size_t page_token_len, page_size;

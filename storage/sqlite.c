@@ -2,7 +2,7 @@
  * The SQLite storage engine (see store.h): the only file that includes
  * sqlite3.h.
  *
- * Schema (PRAGMA user_version = 1):
+ * Schema (PRAGMA user_version = 2; a version-1 database is upgraded):
  *   leases(session_id TEXT PRIMARY KEY, owner TEXT, token, expiry_ns)
  *     owner '' means released; expiry_ns is wall-clock ns since the epoch,
  *     as of the row's last change of owner: renewals are kept in memory
@@ -14,6 +14,11 @@
  *     (see daemon/mode_embedded.c); absent in a new database.
  *     'storage_checked_ns': when the daemon last wrote to check that
  *     storage works again after a failure (see daemon/mode_embedded.c).
+ *   events(revision INTEGER PRIMARY KEY, session_id, kind, owner, token,
+ *          expiry_ns)
+ *     the last changes of leases, for Watch (store_apply_events): each
+ *     written in the transaction of the change it tells of, the oldest
+ *     deleted as new ones come. Version 2.
  *
  * WAL mode, one connection, BEGIN IMMEDIATE, a bounded busy timeout.
  * synchronous is NORMAL: a commit writes its WAL frames (safe from a
@@ -41,7 +46,7 @@
 #include "errmsg.h"
 #include "faultpoint.h"
 
-#define SCHEMA_VERSION 1
+#define SCHEMA_VERSION 2
 
 enum stmt_id {
     ST_BEGIN,
@@ -50,6 +55,8 @@ enum stmt_id {
     ST_PUT,
     ST_DELETE,
     ST_RAISE_FLOOR,
+    ST_EVENT,
+    ST_COMPACT,
     ST_COUNT,
 };
 
@@ -69,6 +76,9 @@ static const char *const stmt_sql[ST_COUNT] = {
                   "AND token = ?3 RETURNING token",
     [ST_RAISE_FLOOR] = "UPDATE meta SET value = max(value, ?1) "
                        "WHERE key = 'token_floor'",
+    [ST_EVENT] = "INSERT INTO events(revision, session_id, kind, owner, "
+                 "token, expiry_ns) VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
+    [ST_COMPACT] = "DELETE FROM events WHERE revision <= ?1",
 };
 
 struct store {
@@ -142,24 +152,38 @@ static int migrate(struct store *s)
     sqlite3_finalize(st);
     if (version == SCHEMA_VERSION)
         return STORE_OK;
-    if (version != 0)
+    if (version != 0 && version != 1)
         return fail(s, STORE_ECONFIG,
                     "schema version %d is not %d: this database belongs to "
                     "another version of leased",
                     version, SCHEMA_VERSION);
-    return exec(s,
-                "BEGIN IMMEDIATE;"
-                "CREATE TABLE leases("
-                "  session_id TEXT PRIMARY KEY NOT NULL,"
-                "  owner TEXT NOT NULL,"
-                "  token INTEGER NOT NULL,"
-                "  expiry_ns INTEGER NOT NULL) WITHOUT ROWID;"
-                "CREATE TABLE meta("
-                "  key TEXT PRIMARY KEY NOT NULL,"
-                "  value INTEGER NOT NULL) WITHOUT ROWID;"
-                "INSERT INTO meta(key, value) VALUES('token_floor', 0);"
-                "PRAGMA user_version = 1;"
-                "COMMIT;");
+    if (version == 0) {
+        int err = exec(s, "BEGIN IMMEDIATE;"
+                          "CREATE TABLE leases("
+                          "  session_id TEXT PRIMARY KEY NOT NULL,"
+                          "  owner TEXT NOT NULL,"
+                          "  token INTEGER NOT NULL,"
+                          "  expiry_ns INTEGER NOT NULL) WITHOUT ROWID;"
+                          "CREATE TABLE meta("
+                          "  key TEXT PRIMARY KEY NOT NULL,"
+                          "  value INTEGER NOT NULL) WITHOUT ROWID;"
+                          "INSERT INTO meta(key, value) "
+                          "VALUES('token_floor', 0);"
+                          "PRAGMA user_version = 1;"
+                          "COMMIT;");
+        if (err != STORE_OK)
+            return err;
+    }
+    return exec(s, "BEGIN IMMEDIATE;"
+                   "CREATE TABLE events("
+                   "  revision INTEGER PRIMARY KEY NOT NULL,"
+                   "  session_id TEXT NOT NULL,"
+                   "  kind INTEGER NOT NULL,"
+                   "  owner TEXT NOT NULL,"
+                   "  token INTEGER NOT NULL,"
+                   "  expiry_ns INTEGER NOT NULL);"
+                   "PRAGMA user_version = 2;"
+                   "COMMIT;");
 }
 
 /* Opens our descriptor of the WAL (which exists once the database has
@@ -408,8 +432,24 @@ static int raise_floor(struct store *s, uint64_t floor)
     return step_done(s, ST_RAISE_FLOOR);
 }
 
-enum store_err store_apply(struct store *s, const struct engine_change *chgs,
-                           size_t n)
+static int insert_event(struct store *s, const struct store_event *ev)
+{
+    sqlite3_stmt *st = s->stmt[ST_EVENT];
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)ev->revision);
+    bind_text(st, 2, ev->lease.session, ev->lease.session_len);
+    sqlite3_bind_int(st, 3, (int)ev->kind);
+    bind_text(st, 4, ev->lease.owner, ev->lease.owner_len);
+    sqlite3_bind_int64(st, 5, (sqlite3_int64)ev->lease.token);
+    sqlite3_bind_int64(st, 6, ev->lease.expiry_ns);
+    int err = step_done(s, ST_EVENT);
+    sqlite3_clear_bindings(st);
+    return err;
+}
+
+enum store_err store_apply_events(struct store *s,
+                                  const struct engine_change *chgs, size_t n,
+                                  const struct store_event *evs, size_t nevs,
+                                  uint64_t keep)
 {
     int err = step_done(s, ST_BEGIN);
     if (err != STORE_OK)
@@ -419,10 +459,59 @@ enum store_err store_apply(struct store *s, const struct engine_change *chgs,
         err = apply_one(s, &chgs[i], &deleted_max);
     if (err == STORE_OK && deleted_max > 0)
         err = raise_floor(s, deleted_max);
+    for (size_t i = 0; i < nevs && err == STORE_OK; i++)
+        err = insert_event(s, &evs[i]);
+    if (err == STORE_OK && nevs > 0 && evs[nevs - 1].revision > keep) {
+        sqlite3_bind_int64(s->stmt[ST_COMPACT], 1,
+                           (sqlite3_int64)(evs[nevs - 1].revision - keep));
+        err = step_done(s, ST_COMPACT);
+    }
     if (err == STORE_OK)
         err = step_done(s, ST_COMMIT);
     if (err != STORE_OK)
         roll_back(s);
+    return err;
+}
+
+enum store_err store_apply(struct store *s, const struct engine_change *chgs,
+                           size_t n)
+{
+    return store_apply_events(s, chgs, n, NULL, 0, 0);
+}
+
+enum store_err store_load_events(struct store *s,
+                                 int (*ev_cb)(void *arg,
+                                              const struct store_event *ev),
+                                 void *arg)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(s->db,
+                                "SELECT session_id, owner, token, expiry_ns, "
+                                "revision, kind FROM events ORDER BY revision",
+                                -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return sql_fail(s, rc, "loading events");
+    int err = STORE_OK;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct store_event ev = {
+            .lease = row_of(st),
+            .revision = (uint64_t)sqlite3_column_int64(st, 4),
+            .kind = (enum store_event_kind)sqlite3_column_int(st, 5),
+        };
+        if (ev.lease.session_len == 0 ||
+            ev.lease.session_len > ENGINE_SESSION_MAX ||
+            ev.lease.owner_len > ENGINE_OWNER_MAX || ev.revision == 0 ||
+            ev.kind < STORE_GRANTED || ev.kind > STORE_REVOKED) {
+            err = fail(s, STORE_EIO, "corrupt event row");
+            break;
+        }
+        err = ev_cb(arg, &ev);
+        if (err != 0)
+            break;
+    }
+    if (err == STORE_OK && rc != SQLITE_DONE)
+        err = sql_fail(s, rc, "loading events");
+    sqlite3_finalize(st);
     return err;
 }
 

@@ -46,6 +46,36 @@ enum store_err store_load(struct store *s,
 enum store_err store_apply(struct store *s, const struct engine_change *chgs,
                            size_t n);
 
+/* A change of a lease as a watcher sees it (leased.v1's Watch), with
+ * the revision its writer gave it. The kinds are the proto's numbers. */
+enum store_event_kind {
+    STORE_GRANTED = 1, /* a new holder: lease is the new lease */
+    STORE_RELEASED,    /* lease, the one that ended */
+    STORE_EXPIRED,
+    STORE_REVOKED,
+};
+
+struct store_event {
+    uint64_t revision;
+    enum store_event_kind kind;
+    struct lease_row lease; /* strings borrowed */
+};
+
+/* store_apply, and in the same transaction the events evs[0..nevs)
+ * (revisions rising, above every stored one); then only the last `keep`
+ * revisions stay (those up to evs' last minus keep are deleted). */
+enum store_err store_apply_events(struct store *s,
+                                  const struct engine_change *chgs, size_t n,
+                                  const struct store_event *evs, size_t nevs,
+                                  uint64_t keep);
+
+/* Calls ev_cb for every stored event, oldest first (strings valid during
+ * the call only); a non-zero return stops the scan and is returned. */
+enum store_err store_load_events(struct store *s,
+                                 int (*ev_cb)(void *arg,
+                                              const struct store_event *ev),
+                                 void *arg);
+
 /* Makes every commit that completed before the call durable (fdatasync
  * of the WAL). Unlike the other calls it may run on one thread while
  * another thread uses the store. Returns STORE_OK, or STORE_ESYNC with

@@ -54,6 +54,8 @@ int ctl_exit_of(int err)
         return EXIT_DENIED;
     case LEASE_EUNAUTH:
         return EXIT_UNAUTHENTICATED;
+    case LEASE_EGONE:
+        return EXIT_GONE;
     default:
         return EXIT_FAILED;
     }
@@ -77,6 +79,8 @@ static grpc_status_code status_of(int err)
         return GRPC_STATUS_PERMISSION_DENIED;
     case LEASE_EUNAUTH:
         return GRPC_STATUS_UNAUTHENTICATED;
+    case LEASE_EGONE:
+        return GRPC_STATUS_OUT_OF_RANGE;
     default:
         return GRPC_STATUS_UNAVAILABLE;
     }
@@ -585,7 +589,8 @@ int main(int argc, char **argv)
         [CTL_RELEASE] = cmd_release, [CTL_GET] = cmd_get,
         [CTL_LIST] = cmd_list,       [CTL_STATS] = cmd_stats,
         [CTL_REVOKE] = cmd_revoke,   [CTL_SNAPSHOT] = ctl_snapshot,
-        [CTL_HEALTH] = cmd_health,   [CTL_HOLD] = ctl_hold};
+        [CTL_HEALTH] = cmd_health,   [CTL_HOLD] = ctl_hold,
+        [CTL_WATCH] = ctl_watch};
     struct ctl c = {0};
     const struct ctl_args *a = &c.args;
     int rc = ctl_parse(argc, argv, &c.args);

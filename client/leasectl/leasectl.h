@@ -2,7 +2,7 @@
  * leasectl's parts: the command line (options.c); what leasectl says of
  * the connection, and --timeout as the limit of the whole command
  * (connection.c); how a lease is printed, and names escaped (output.c);
- * the commands (leasectl.c); and `hold` (hold.c).
+ * the commands (leasectl.c); `hold` (hold.c); and `watch` (watch.c).
  */
 #ifndef LEASECTL_H
 #define LEASECTL_H
@@ -28,6 +28,7 @@ enum {
     EXIT_UNSUPPORTED = 7, /* the server does not serve leases */
     EXIT_DENIED = 8,      /* the server's policy refused the caller */
     EXIT_UNAUTHENTICATED = 9, /* no valid credentials */
+    EXIT_GONE = 10, /* watch: the revision to resume from is not kept */
 };
 
 /* The commands, in the order of the usage. */
@@ -42,6 +43,7 @@ enum ctl_cmd {
     CTL_SNAPSHOT,
     CTL_HEALTH,
     CTL_HOLD,
+    CTL_WATCH,
     CTL_COMMANDS, /* how many */
     CTL_NONE = -1 /* none (yet): leasectl itself */
 };
@@ -74,6 +76,8 @@ struct ctl_args {
     int64_t wait_ns; /* CTL_FOREVER: no limit */
     int64_t grace_ns, ttl_ns;
     long limit; /* 0: none */
+    const char *prefix; /* watch --prefix; NULL: not given */
+    struct ctl_number after; /* watch --after */
     /* The command's argument (SESSION or PREFIX, argv's); NULL: none.
      * snapshot: the word "save", and FILE in arg2. */
     char *arg, *arg2;
@@ -108,6 +112,9 @@ struct ctl {
     const char *cmd;                /* the command's name, for messages */
     struct lease_grpc_options opts; /* what client was opened with */
 };
+
+/* watch (watch.c). */
+int ctl_watch(struct ctl *c);
 
 /* The exit code of a liblease error. */
 int ctl_exit_of(int lease_err);
@@ -171,6 +178,10 @@ struct ctl_view {
 
 /* Prints v, as text (output.c's rules) or JSON, on stdout. */
 void ctl_print_view(const struct ctl *c, const struct ctl_view *v);
+
+/* Prints a change of a lease (watch): a line of text, or a JSON object
+ * with --json. */
+void ctl_print_event(const struct ctl *c, const struct lease_event *ev);
 
 /* Prints a lease a lease call returned, as ctl_print_view. */
 void ctl_print_lease(const struct ctl *c, const struct lease *l);

@@ -135,6 +135,19 @@ static const struct command {
                 "USER@HOST/PID-NONCE (unique to the run). Exit 3 when the "
                 "lease is held by another owner (after --wait, if given).",
     },
+    [CTL_WATCH] = {
+        .name = "watch", .args = "SESSION", .max = 1,
+        .summary = "print each change of a lease as it comes",
+        .help = "Prints each change of the lease of SESSION, or with "
+                "--prefix of every session whose id starts with P, a line "
+                "each, once leased stored it: its revision, granted "
+                "(owner, token, expiry), released, expired or revoked. "
+                "Runs until interrupted (or --limit changes), resuming at "
+                "another daemon of --url, or the same one back, without "
+                "missing or repeating a change. With --after, the changes "
+                "after that revision; exit 10 when they are no longer "
+                "kept (read the leases again, and watch without --after).",
+    },
 };
 
 enum kind {
@@ -203,7 +216,14 @@ static const struct row {
              "for as long as it takes): in line at leased, granted as the "
              "lease ends; a server without Wait is asked every 250ms"},
     {.name = "limit", .value = "N", .kind = COUNT, .field = FIELD(limit),
-     .commands = ON(CTL_LIST), .help = "the first N only"},
+     .commands = ON(CTL_LIST) | ON(CTL_WATCH), .help = "the first N only"},
+    {.name = "prefix", .value = "P", .kind = TEXT, .field = FIELD(prefix),
+     .commands = ON(CTL_WATCH),
+     .help = "every session whose id starts with P (\"\": all) instead of "
+             "SESSION"},
+    {.name = "after", .value = "N", .kind = NUMBER, .field = FIELD(after),
+     .commands = ON(CTL_WATCH),
+     .help = "the changes after revision N (default: from now on)"},
     {.name = "grace", .value = "D", .kind = DURATION,
      .field = FIELD(grace_ns), .min_ms = 1, .commands = ON(CTL_HOLD),
      .help = "from SIGTERM to SIGKILL of CMD's group, which comes at the "
@@ -313,7 +333,7 @@ static void usage(FILE *f)
     paragraph(f, "Exit: 0 ok, 1 failure, 2 usage, 3 held or lost, 4 "
                  "unavailable or no answer, 5 invalid, 6 not found, 7 not a "
                  "lease service, 8 denied by the policy, 9 not "
-                 "authenticated.");
+                 "authenticated, 10 watch: revision no longer kept.");
 }
 
 void ctl_help(FILE *f, int cmd)
@@ -544,6 +564,8 @@ int ctl_parse(int argc, char **argv, struct ctl_args *a)
     if (c->need != NULL &&
         (a->arg == NULL || (c->max > 1 && a->arg2 == NULL)))
         return ctl_usage(a->cmd, "missing %s", c->need);
+    if (a->cmd == CTL_WATCH && (a->arg == NULL) == (a->prefix == NULL))
+        return ctl_usage(a->cmd, "want SESSION or --prefix P");
     if (a->cmd == CTL_SNAPSHOT && strcmp(a->arg, "save") != 0)
         return ctl_usage(a->cmd, "want save FILE, not %s", a->arg);
     if (unexpected != NULL)

@@ -125,6 +125,38 @@ void ctl_print_view(const struct ctl *c, const struct ctl_view *v)
         printf("live past its expiry %s: restart quarantine\n", expiry);
 }
 
+void ctl_print_event(const struct ctl *c, const struct lease_event *ev)
+{
+    static const char *const kinds[] = {[LEASE_GRANTED] = "granted",
+                                        [LEASE_RELEASED] = "released",
+                                        [LEASE_EXPIRED] = "expired",
+                                        [LEASE_REVOKED] = "revoked"};
+    const char *kind = ev->kind >= LEASE_GRANTED && ev->kind <= LEASE_REVOKED
+                           ? kinds[ev->kind]
+                           : "changed"; /* a kind of a later leased */
+    const struct lease *l = &ev->lease;
+    char when[48];
+    format_time(l->expiry_ns, when, sizeof(when));
+    if (c->args.json) {
+        printf("{\"revision\":%" PRIu64 ",\"kind\":\"%s\",\"session_id\":",
+               ev->revision, kind);
+        json_put_string(stdout, l->session_id);
+        printf(",\"owner\":");
+        json_put_string(stdout, l->owner);
+        printf(",\"token\":%" PRIu64 ",\"expiry\":\"%s\",\"expiry_ns\":%lld}\n",
+               l->token, when, (long long)l->expiry_ns);
+        return;
+    }
+    char session[CTL_ESCAPED_LEN(LEASE_SESSION_MAX)];
+    char owner[CTL_ESCAPED_LEN(LEASE_OWNER_MAX)];
+    printf("%" PRIu64 "  %s  %s  owner %s  token %" PRIu64, ev->revision, kind,
+           ctl_escaped(l->session_id, session, sizeof(session)),
+           ctl_escaped(l->owner, owner, sizeof(owner)), l->token);
+    if (ev->kind == LEASE_GRANTED)
+        printf("  expires %s", when);
+    printf("\n");
+}
+
 void ctl_print_lease(const struct ctl *c, const struct lease *l)
 {
     struct ctl_view v = {.session_id = l->session_id, .owner = l->owner,

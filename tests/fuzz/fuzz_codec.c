@@ -143,6 +143,12 @@ static void fuzz_decode(enum request_op op, const uint8_t *data, size_t size)
         if (op != OP_RELEASE)
             check_reply(&req, data, size);
         break;
+    case OP_WATCH: /* a session id, or a prefix that may be empty */
+        REQUIRE(req.prefix == true || req.prefix == false);
+        REQUIRE((req.prefix && req.session_len == 0) ||
+                string_ok(req.session, req.session_len, ENGINE_SESSION_MAX));
+        REQUIRE(req.session != NULL);
+        break;
     case OP_GET:
         REQUIRE(req.session_len == strlen(req.session));
         REQUIRE(string_ok(req.session, req.session_len, ENGINE_SESSION_MAX));

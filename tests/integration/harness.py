@@ -399,6 +399,16 @@ class Client:
             leases_pb.WaitRequest(session_id=session, owner=owner),
             timeout=timeout or self.timeout, metadata=self.metadata)
 
+    def changes(self, session="", prefix="", after=0, timeout=None):
+        """leased.v1.Leases/Watch, started: the call (cancel() ends it),
+        an iterator of its WatchResponses."""
+        call = self.channel.unary_stream(
+            LEASES + "Watch", leases_pb.WatchRequest.SerializeToString,
+            leases_pb.WatchResponse.FromString)
+        return call(leases_pb.WatchRequest(session_id=session, prefix=prefix,
+                                           after_revision=after),
+                    timeout=timeout, metadata=self.metadata)
+
     def health(self, service=""):
         """grpc.health.v1 Check: the ServingStatus name ("SERVING", ...)."""
         call = self.channel.unary_unary(

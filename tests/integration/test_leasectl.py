@@ -460,6 +460,8 @@ def test_every_exit_code_of_the_man_page_for_real():
                                extra=right),
                 9: lambda: ctl(d, "acquire", "mine/x", "--owner", "a",
                                extra=wrong),
+                10: lambda: ctl(d, "watch", "mine/held", "--after", "99",
+                                extra=right),
             }
             documented = man_exit_codes()
             assert sorted(documented) == sorted(cases), documented
@@ -620,12 +622,12 @@ def test_man_page_covers_every_command_and_option():
     usage = subprocess.run([os.environ["LEASECTL_BIN"], "--help"],
                            capture_output=True, text=True).stdout
     commands = ["acquire", "renew", "release", "get", "list", "stats",
-                "revoke", "snapshot", "health", "hold"]
+                "revoke", "snapshot", "health", "hold", "watch"]
     for word in commands + [
             "--url", "--tls-ca", "--tls-cert", "--tls-key",
             "--tls-server-name", "--token-file", "--timeout", "--json",
             "--wait", "--grace", "--ttl", "--limit", "--owner", "--token",
-            "LEASE_OWNER"]:
+            "--prefix", "--after", "LEASE_OWNER"]:
         assert word in usage, word
         assert word in man, word
     # The usage texts come from leasectl's table of options: whatever

@@ -6,7 +6,9 @@
 #include "codec.h"
 #include "leased/admin/v1/admin.pb-c.h"
 #include "leased/codec/v1/wire.pb-c.h"
+#include "leased/v1/leases.pb-c.h"
 #include "mecatl/driver/v1/session_lease.pb-c.h"
+#include "store.h"
 #include "validate.h"
 
 /* Same fields (name, number, label), string <-> bytes, and message fields
@@ -50,6 +52,14 @@ TEST(mirror_matches_public_proto)
                      &leased__codec__v1__wire_lease_response__descriptor));
     CHECK_EQ_I64(mecatl__driver__v1__release_response__descriptor.n_fields,
                  0);
+    CHECK(same_shape(&leased__v1__watch_request__descriptor,
+                     &leased__codec__v1__wire_watch_request__descriptor));
+    CHECK(same_shape(&leased__v1__watch_response__descriptor,
+                     &leased__codec__v1__wire_watch_response__descriptor));
+    CHECK(same_shape(&leased__v1__event__descriptor,
+                     &leased__codec__v1__wire_event__descriptor));
+    CHECK(same_shape(&leased__v1__lease__descriptor,
+                     &leased__codec__v1__wire_lease__descriptor));
     /* And the check can fail: a different message is not the same. */
     CHECK(!same_shape(&mecatl__driver__v1__acquire_request__descriptor,
                       &leased__codec__v1__wire_lease__descriptor));
@@ -271,8 +281,75 @@ TEST(decode_admin_list)
                        "malformed GetRequest"));
 }
 
+static size_t pack_watch(const char *session, const char *prefix,
+                         uint64_t after, uint8_t *buf)
+{
+    Leased__V1__WatchRequest m = LEASED__V1__WATCH_REQUEST__INIT;
+    m.session_id = (char *)session;
+    m.prefix = (char *)prefix;
+    m.after_revision = after;
+    return leased__v1__watch_request__pack(&m, buf);
+}
+
+TEST(decode_watch)
+{
+    uint8_t buf[256];
+    struct request req;
+    void *msg;
+    memset(&req, 0, sizeof(req));
+    CHECK_EQ_I64(
+        codec_decode(OP_WATCH, buf, pack_watch("s1", "", 7, buf), &req, &msg),
+        0);
+    CHECK(!req.prefix && req.session_len == 2 && req.after_revision == 7);
+    codec_free(msg);
+    memset(&req, 0, sizeof(req));
+    CHECK_EQ_I64(
+        codec_decode(OP_WATCH, buf, pack_watch("", "p/", 0, buf), &req, &msg),
+        0);
+    CHECK(req.prefix && req.session_len == 2 && req.after_revision == 0);
+    CHECK(memcmp(req.session, "p/", 2) == 0);
+    codec_free(msg);
+    memset(&req, 0, sizeof(req));
+    CHECK_EQ_I64(
+        codec_decode(OP_WATCH, buf, pack_watch("", "", 0, buf), &req, &msg), 0);
+    CHECK(req.prefix && req.session_len == 0);
+    codec_free(msg);
+    CHECK(
+        decode_fails(OP_WATCH, buf, pack_watch("s", "p", 0, buf), "not both"));
+}
+
+TEST(encode_watch_reads_as_watch_response)
+{
+    struct store_event a = {
+        5, STORE_GRANTED, {"s1", 2, "alice", 5, 9, 1500000000123456789}};
+    struct store_event b = {6, STORE_RELEASED, {"s1", 2, "alice", 5, 9, 0}};
+    const struct store_event *evs[] = {&a, &b};
+    size_t n;
+    uint8_t *buf = codec_encode_watch(evs, 2, 8, 0, &n);
+    CHECK(buf != NULL);
+    Leased__V1__WatchResponse *m =
+        leased__v1__watch_response__unpack(NULL, n, buf);
+    CHECK(m != NULL);
+    CHECK_EQ_I64(m->n_events, 2);
+    CHECK_EQ_I64(m->revision, 8);
+    CHECK_EQ_I64(m->events[0]->revision, 5);
+    CHECK_EQ_I64(m->events[0]->kind, LEASED__V1__EVENT__KIND__GRANTED);
+    CHECK_STR(m->events[0]->lease->owner, "alice");
+    CHECK_EQ_I64(m->events[0]->lease->token, 9);
+    CHECK_EQ_I64(m->events[0]->lease->expiry->seconds, 1500000000);
+    CHECK_EQ_I64(m->events[0]->lease->expiry->nanos, 123456789);
+    CHECK_EQ_I64(m->events[1]->kind, LEASED__V1__EVENT__KIND__RELEASED);
+    leased__v1__watch_response__free_unpacked(m, NULL);
+    free(buf);
+    buf = codec_encode_watch(NULL, 0, 3, 2, &n); /* compacted */
+    m = leased__v1__watch_response__unpack(NULL, n, buf);
+    CHECK(m != NULL && m->n_events == 0 && m->compact_revision == 2);
+    leased__v1__watch_response__free_unpacked(m, NULL);
+    free(buf);
+}
+
 CHECK_MAIN(mirror_matches_public_proto, method_paths_from_descriptor,
-           decode_acquire, decode_refuses_bad_strings,
-           decode_refuses_malformed_protobuf, decode_renew_keeps_token,
-           encode_reply_reads_as_lease_response, validate_utf8,
-           decode_admin_list)
+           decode_watch, encode_watch_reads_as_watch_response, decode_acquire,
+           decode_refuses_bad_strings, decode_refuses_malformed_protobuf,
+           decode_renew_keeps_token, encode_reply_reads_as_lease_response,
+           validate_utf8, decode_admin_list)

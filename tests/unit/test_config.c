@@ -309,6 +309,8 @@ TEST(every_option_by_flag_and_variable)
     CHECK(c[0].log_level == LOG_DEBUG && c[1].log_level == LOG_DEBUG);
     CHECK(both(c, "max-pending", "LEASED_MAX_PENDING", "7"));
     CHECK(c[0].max_pending == 7 && c[1].max_pending == 7);
+    CHECK(both(c, "watch-history", "LEASED_WATCH_HISTORY", "5"));
+    CHECK(c[0].watch_history == 5 && c[1].watch_history == 5);
     setenv("LEASED_TLS_KEY", "k", 1); /* they go together */
     CHECK(both(c, "tls-cert", "LEASED_TLS_CERT", "c"));
     CHECK_STR(c[0].tls_cert, "c");

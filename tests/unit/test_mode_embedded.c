@@ -116,7 +116,7 @@ static void begin_case(void)
 static void start(int64_t ttl_ns)
 {
     char err[256] = "";
-    struct mode_hooks hooks = {on_reply, on_storage, NULL, on_fatal, h};
+    struct mode_hooks hooks = {on_reply, on_storage, NULL, on_fatal, h, NULL};
     h->srv = mode_embedded_create(&h->ml.loop, fake_open(h->fake), ttl_ns,
                                   &hooks, err, sizeof(err));
     if (h->srv == NULL) {

@@ -161,7 +161,8 @@ static void begin_case(size_t nconns)
         if ((dbs[i] = fake_pg_open(h->fake)) == NULL)
             abort();
     h->nconns = nconns;
-    struct mode_hooks hooks = {on_reply, on_storage, on_wanted, on_fatal, h};
+    struct mode_hooks hooks = {on_reply, on_storage, on_wanted,
+                               on_fatal, h,          NULL};
     h->srv =
         mode_shared_create(&h->ml.loop, dbs, nconns, NULL, LONG_TTL_NS, &hooks);
     if (h->srv == NULL)

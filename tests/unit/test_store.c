@@ -231,7 +231,7 @@ TEST(newer_schema_refused)
     store_close(open_store());
     sqlite3 *db;
     CHECK_EQ_I64(sqlite3_open(path, &db), SQLITE_OK);
-    CHECK_EQ_I64(sqlite3_exec(db, "PRAGMA user_version = 2", 0, 0, 0),
+    CHECK_EQ_I64(sqlite3_exec(db, "PRAGMA user_version = 3", 0, 0, 0),
                  SQLITE_OK);
     sqlite3_close(db);
     struct store *s = NULL;
@@ -239,7 +239,7 @@ TEST(newer_schema_refused)
     CHECK_EQ_I64(store_open(path, 200, &s, err, sizeof(err)),
                  STORE_ECONFIG);
     CHECK(s == NULL);
-    CHECK(strstr(err, "schema version 2") != NULL);
+    CHECK(strstr(err, "schema version 3") != NULL);
 }
 
 TEST(busy_database_fails_then_recovers)
@@ -274,9 +274,124 @@ TEST(meta_values_survive_reopen)
     store_close(s);
 }
 
+static struct store_event event(uint64_t revision, enum store_event_kind kind,
+                                const struct engine_change *c)
+{
+    struct store_event ev = {revision, kind, c->after};
+    return ev;
+}
+
+struct events {
+    int n;
+    uint64_t revision[16];
+    int kind[16];
+    char session[16][64];
+    char owner[16][64];
+    uint64_t token[16];
+};
+
+static int collect_event(void *arg, const struct store_event *ev)
+{
+    struct events *l = arg;
+    if (l->n == 16)
+        return -1;
+    l->revision[l->n] = ev->revision;
+    l->kind[l->n] = (int)ev->kind;
+    snprintf(l->session[l->n], 64, "%.*s", (int)ev->lease.session_len,
+             ev->lease.session);
+    snprintf(l->owner[l->n], 64, "%.*s", (int)ev->lease.owner_len,
+             ev->lease.owner);
+    l->token[l->n] = ev->lease.token;
+    l->n++;
+    return 0;
+}
+
+/* Events go in with the changes they tell of, or not at all, and only
+ * the last `keep` revisions stay. */
+TEST(events_commit_with_their_changes_and_are_compacted)
+{
+    fresh();
+    struct store *s = open_store();
+    struct engine_change a = put("s1", "A", 1, 100);
+    struct store_event ea = event(1, STORE_GRANTED, &a);
+    CHECK_EQ_I64(store_apply_events(s, &a, 1, &ea, 1, 3), STORE_OK);
+    /* A stale change: its batch, events included, rolls back. */
+    struct engine_change stale = update(put("s1", "X", 9, 0), "B", 2, 200);
+    struct store_event es = event(2, STORE_GRANTED, &stale);
+    CHECK_EQ_I64(store_apply_events(s, &stale, 1, &es, 1, 3), STORE_ECONFLICT);
+    struct engine_change b = update(a, "", 1, 100); /* released */
+    struct store_event eb = {2, STORE_RELEASED, a.after};
+    CHECK_EQ_I64(store_apply_events(s, &b, 1, &eb, 1, 3), STORE_OK);
+    struct events l = {0};
+    CHECK_EQ_I64(store_load_events(s, collect_event, &l), STORE_OK);
+    CHECK_EQ_I64(l.n, 2);
+    CHECK_EQ_I64(l.revision[0], 1);
+    CHECK_EQ_I64(l.kind[0], STORE_GRANTED);
+    CHECK_STR(l.owner[0], "A");
+    CHECK_EQ_I64(l.revision[1], 2);
+    CHECK_EQ_I64(l.kind[1], STORE_RELEASED);
+    CHECK_STR(l.session[1], "s1");
+    CHECK_EQ_I64(l.token[1], 1);
+    /* Two more, keeping 3: revision 1 goes. */
+    struct engine_change c = put("s2", "C", 5, 0), d = put("s3", "D", 6, 0);
+    struct engine_change cd[] = {c, d};
+    struct store_event ecd[] = {event(3, STORE_GRANTED, &c),
+                                event(4, STORE_GRANTED, &d)};
+    CHECK_EQ_I64(store_apply_events(s, cd, 2, ecd, 2, 3), STORE_OK);
+    store_close(s);
+    s = open_store();
+    memset(&l, 0, sizeof(l));
+    CHECK_EQ_I64(store_load_events(s, collect_event, &l), STORE_OK);
+    CHECK_EQ_I64(l.n, 3);
+    CHECK_EQ_I64(l.revision[0], 2);
+    CHECK_EQ_I64(l.revision[2], 4);
+    CHECK_STR(l.owner[2], "D");
+    store_close(s);
+}
+
+/* A database of leased before Watch (schema version 1) keeps its leases
+ * and gets the events table. */
+TEST(version_1_is_upgraded)
+{
+    fresh();
+    sqlite3 *db;
+    CHECK_EQ_I64(sqlite3_open(path, &db), SQLITE_OK);
+    CHECK_EQ_I64(
+        sqlite3_exec(db,
+                     "CREATE TABLE leases(session_id TEXT PRIMARY KEY NOT "
+                     "NULL, owner TEXT NOT NULL, token INTEGER NOT NULL, "
+                     "expiry_ns INTEGER NOT NULL) WITHOUT ROWID;"
+                     "CREATE TABLE meta(key TEXT PRIMARY KEY NOT NULL, "
+                     "value INTEGER NOT NULL) WITHOUT ROWID;"
+                     "INSERT INTO meta VALUES('token_floor', 3);"
+                     "INSERT INTO leases VALUES('s', 'A', 7, 100);"
+                     "PRAGMA user_version = 1;",
+                     0, 0, 0),
+        SQLITE_OK);
+    sqlite3_close(db);
+    struct store *s = open_store();
+    struct loaded l = {0};
+    uint64_t floor = 0;
+    CHECK_EQ_I64(store_load(s, collect, &l, &floor), STORE_OK);
+    CHECK_EQ_I64(l.n, 1);
+    CHECK_STR(l.owner[0], "A");
+    CHECK_EQ_I64(l.token[0], 7);
+    CHECK_EQ_I64(floor, 3);
+    struct events e = {0};
+    CHECK_EQ_I64(store_load_events(s, collect_event, &e), STORE_OK);
+    CHECK_EQ_I64(e.n, 0);
+    struct engine_change b = update(put("s", "A", 7, 100), "", 7, 100);
+    struct store_event eb = {1, STORE_RELEASED, b.before};
+    CHECK_EQ_I64(store_apply_events(s, &b, 1, &eb, 1, 10), STORE_OK);
+    CHECK_EQ_I64(store_load_events(s, collect_event, &e), STORE_OK);
+    CHECK_EQ_I64(e.n, 1);
+    store_close(s);
+}
+
 CHECK_MAIN(meta_values_survive_reopen, put_update_and_reload,
-           stale_condition_rolls_back_whole_batch,
+           events_commit_with_their_changes_and_are_compacted,
+           version_1_is_upgraded, stale_condition_rolls_back_whole_batch,
            changes_match_owner_and_token_not_expiry,
            delete_raises_floor_never_lowers,
-           raise_tokens_lifts_rows_and_floor_never_lowers,
-           newer_schema_refused, busy_database_fails_then_recovers)
+           raise_tokens_lifts_rows_and_floor_never_lowers, newer_schema_refused,
+           busy_database_fails_then_recovers)
