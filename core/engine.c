@@ -41,6 +41,7 @@ struct engine_entry {
     uint64_t token;
     int64_t expiry_ns;
     bool held_at_start;        /* loaded held: quarantined until q_end */
+    bool told;                 /* its expiry was told (engine_expiries) */
     uint64_t stamp;            /* engine_stamp: the caller's, or 0 */
     char session[];
 };
@@ -51,6 +52,7 @@ struct engine {
     size_t count;
     size_t gc_cursor; /* next bucket engine_collect looks at */
     size_t census_cursor, census_live; /* engine_census's pass so far */
+    size_t expiry_cursor; /* next bucket engine_expiries looks at */
     uint64_t high_water; /* the highest token committed or loaded */
     int64_t ttl_ns;
     int64_t quarantine_end_ns;
@@ -238,6 +240,7 @@ static void change_begin(struct engine_change *chg, struct engine_entry *en,
     if (has_before)
         row_of(en, &chg->before);
     chg->old_held_at_start = en->held_at_start;
+    chg->was_told = en->told;
 }
 
 enum engine_result engine_load(struct engine *e, const struct lease_row *row)
@@ -339,6 +342,7 @@ static enum engine_result apply(struct engine *e, struct engine_entry *en,
     }
     en->token = out->after.token;
     en->expiry_ns = out->after.expiry_ns;
+    en->told = false; /* a new expiry, or none: not told */
     if (created)
         insert(e, en);
     row_of(en, &chg->after);
@@ -475,6 +479,43 @@ bool engine_census(struct engine *e, int64_t now_ns, size_t max,
     return false;
 }
 
+size_t engine_expiries(struct engine *e, int64_t now_ns, size_t parts,
+                       struct lease_row *out, size_t max)
+{
+    size_t n = 0, max_buckets = e->nbuckets / parts + 1;
+    for (size_t seen = 0; seen < max_buckets && n < max; seen++) {
+        if (e->expiry_cursor >= e->nbuckets)
+            e->expiry_cursor = 0;
+        for (struct engine_entry *en = e->buckets[e->expiry_cursor];
+             en != NULL && n < max; en = en->next)
+            if (en->owner_len > 0 && !en->told && !is_live(e, en, now_ns)) {
+                en->told = true;
+                row_of(en, &out[n++]);
+            }
+        /* A bucket is done once all of it was looked at. */
+        if (n < max)
+            e->expiry_cursor++;
+    }
+    return n;
+}
+
+bool engine_told(const struct engine *e, const char *session,
+                 size_t session_len)
+{
+    const struct engine_entry *en =
+        find(e, session, session_len, hash_bytes(e, session, session_len));
+    return en != NULL && en->told;
+}
+
+void engine_set_told(struct engine *e, const char *session, size_t session_len,
+                     uint64_t token, bool told)
+{
+    struct engine_entry *en =
+        find(e, session, session_len, hash_bytes(e, session, session_len));
+    if (en != NULL && en->owner_len > 0 && en->token == token)
+        en->told = told;
+}
+
 size_t engine_count_live(const struct engine *e, int64_t now_ns)
 {
     size_t live = 0;
@@ -510,6 +551,7 @@ void engine_finish(struct engine *e, struct engine_change *chg,
         en->token = chg->before.token;
         en->expiry_ns = chg->before.expiry_ns;
         en->held_at_start = chg->old_held_at_start;
+        en->told = chg->was_told;
     }
     memset(chg, 0, sizeof(*chg));
 }

@@ -66,6 +66,10 @@ struct engine_change {
     struct lease_row before;
     struct lease_row after; /* ENGINE_PUT only */
 
+    /* The lease's expiry had been told (engine_expiries) and not extended
+     * since: this change is its holder's reclaim, or a takeover of a lease
+     * already told as expired. */
+    bool was_told;
     /* Private to the engine. */
     struct engine_entry *entry;
     char *old_owner;
@@ -174,6 +178,22 @@ size_t engine_collect(struct engine *e, int64_t now_ns,
 bool engine_census(struct engine *e, int64_t now_ns, size_t max,
                    size_t *live);
 
+/* Expiries, for a caller that tells of them (leased's Watch): held
+ * leases that are no longer live at now_ns (expired, and past the
+ * restart quarantine) and not told yet. Looks at 1/parts of the hash
+ * table, resuming where the last call stopped, and fills out[] with up
+ * to max of them (strings borrowed until the entry next changes), each
+ * marked told. An entry is told until a change extends or ends its lease
+ * (a reclaim or a takeover: its change's was_told says it was), and a
+ * caller that could not record one tells it again with engine_set_told. */
+size_t engine_expiries(struct engine *e, int64_t now_ns, size_t parts,
+                       struct lease_row *out, size_t max);
+bool engine_told(const struct engine *e, const char *session,
+                 size_t session_len);
+/* Sets whether the session's expiry was told, if it is held with token
+ * (at start: what the stored events say). */
+void engine_set_told(struct engine *e, const char *session, size_t session_len,
+                     uint64_t token, bool told);
 /* The live leases at now_ns, counted over the whole table in one go
  * (O(entries)); engine_census's pass under way is left as it is. */
 size_t engine_count_live(const struct engine *e, int64_t now_ns);

@@ -120,7 +120,9 @@
 
 #define MAX_BATCH 4096
 #define GC_MAX 1024
-#define GC_INTERVAL_MS 1000
+#define TICK_MS 250          /* the mode's tick: expiries told (Watch) */
+#define TICKS_PER_GC 4       /* garbage collection, gauges: every second */
+#define EXPIRIES_MAX 1024    /* told in one batch, at most */
 #define CENSUS_BUCKETS 65536 /* looked at per tick for leases_live */
 #define CLOCK_STEP_NS INT64_C(1000000000) /* wall clock jumps logged */
 
@@ -196,9 +198,17 @@ struct embedded {
      * nowhere, and none are made), the batch's events (strings its
      * changes'), and the last revision given. */
     struct history *history;
-    struct store_event *evs; /* two per change at most */
+    struct store_event *evs; /* two per change at most, and the expiries */
     size_t nevs;
     uint64_t revision;
+    /* Expiries to tell at the next batch (the tick sets it), those of the
+     * batch in flight (its first nexpired events: their rows, strings the
+     * engine's), and the last commit that stored events. */
+    bool expiries_due;
+    struct lease_row *expired; /* EXPIRIES_MAX */
+    size_t nexpired;
+    uint64_t events_seq;
+    unsigned ticks;
 
     /* The longest TTL whose leases may still be live: longer than ttl_ns
      * after a restart that shortened the TTL, until the quarantine ends.
@@ -223,8 +233,8 @@ static bool slot_invariant(const struct sm *sm, int prev)
     const struct embedded *s = container_of(sm, struct embedded, slot);
     (void)prev;
     if (sm_state(sm) == SLOT_BATCH)
-        return s->nchgs > 0;
-    return s->nchgs == 0 && s->batch == NULL;
+        return s->nchgs > 0 || s->nevs > 0;
+    return s->nchgs == 0 && s->nevs == 0 && s->batch == NULL;
 }
 
 static bool committing(const struct embedded *s)
@@ -296,11 +306,19 @@ static enum engine_result engine_decide(struct embedded *s, int64_t now_ns,
  *
  * Each change of owner in a batch is an event for Watch, numbered by the
  * next revision: a takeover is GRANTED (after EXPIRED, when the lease it
- * replaced had run out), a release RELEASED, a revoke REVOKED. The
- * batch's commit stores them with its changes (store_apply_events, which
- * keeps the last --watch-history), and its sync makes them visible to
- * watchers (history_publish): a watcher sees nothing the disk may lose.
- * A failed commit gives its revisions back. */
+ * replaced had run out and that was not told yet), a release RELEASED, a
+ * revoke REVOKED. Expiries are told as they happen: each tick (TICK_MS)
+ * the next batch looks at a quarter of the engine's table for held
+ * leases past their expiry and the restart quarantine (engine_expiries),
+ * so each is told EXPIRED within about a second and a commit, even with
+ * no call to make it known; the engine marks it told, and its holder's
+ * reclaim (a renewal after it) is then a change of its own, stored and
+ * told GRANTED again before its answer (never on the short path). The
+ * batch's commit stores the events with its changes (store_apply_events,
+ * which keeps the last --watch-history), and its sync makes them visible
+ * to watchers (history_publish): a watcher sees nothing the disk may
+ * lose. A failed commit gives its revisions back and untells its
+ * expiries. At start the stored events say which expiries were told. */
 
 static void add_event(struct embedded *s, enum store_event_kind kind,
                       const struct lease_row *lease)
@@ -316,8 +334,10 @@ static void add_events(struct embedded *s, enum request_op op,
         return;
     unsigned flags = flags_of(chg, now_ns);
     if (flags & RULES_TAKEOVER) {
-        if (flags & RULES_EXPIRED)
+        if ((flags & RULES_EXPIRED) && !chg->was_told)
             add_event(s, STORE_EXPIRED, &chg->before);
+        add_event(s, STORE_GRANTED, &chg->after);
+    } else if (chg->after.owner_len > 0) { /* a reclaim, once told */
         add_event(s, STORE_GRANTED, &chg->after);
     } else {
         add_event(s, op == OP_REVOKE ? STORE_REVOKED : STORE_RELEASED,
@@ -325,10 +345,21 @@ static void add_events(struct embedded *s, enum request_op op,
     }
 }
 
+/* Tells the expiries the engine finds (at the start of a batch). */
+static void tell_expiries(struct embedded *s, int64_t now_ns)
+{
+    s->nexpired = engine_expiries(s->engine, now_ns, TICKS_PER_GC, s->expired,
+                                  EXPIRIES_MAX);
+    for (size_t i = 0; i < s->nexpired; i++)
+        add_event(s, STORE_EXPIRED, &s->expired[i]);
+}
+
 static int load_event(void *arg, const struct store_event *ev)
 {
     struct embedded *s = arg;
     s->revision = ev->revision;
+    engine_set_told(s->engine, ev->lease.session, ev->lease.session_len,
+                    ev->lease.token, ev->kind == STORE_EXPIRED);
     return history_append(s->history, ev, 1) == 0 ? 0 : STORE_ENOMEM;
 }
 
@@ -358,6 +389,9 @@ static bool decide(struct embedded *s, int64_t now_ns, struct request *req,
         mode_refuse(req, "out of memory");
         return false;
     }
+    /* A reclaim of a lease told expired is told GRANTED: stored first. */
+    if (rc == ENGINE_OK && chg->was_told && s->history != NULL)
+        chg->durable = true;
     if (rc == ENGINE_OK && chg->durable) /* the batch's commit: the next */
         engine_stamp(s->engine, chg, s->committed_seq + 1);
     /* Whatever the answer, it was decided from the session's last change
@@ -499,7 +533,8 @@ static void run_sync(uv_work_t *w)
  * one and none is in flight. */
 static void maybe_sync(struct embedded *s)
 {
-    if (s->syncing || s->waiting.head == NULL)
+    if (s->syncing ||
+        (s->waiting.head == NULL && s->events_seq <= s->synced_seq))
         return;
     s->syncing = true;
     s->sync_covers = s->committed_seq;
@@ -599,6 +634,8 @@ static void commit_ended(struct embedded *s, int status)
         sync_failed(s, "out of memory for Watch's events");
         return;
     }
+    if (ok && s->nevs > 0)
+        s->events_seq = seq;
     if (ok) {
         log_debug("committed",
                   "changes=%zu durable=%d probe=%d commit_us=%lld", s->nchgs,
@@ -615,6 +652,10 @@ static void commit_ended(struct embedded *s, int status)
         for (size_t i = s->nchgs; i-- > 0;)
             engine_finish(s->engine, &s->chgs[i], false);
         s->revision -= s->nevs;
+        for (size_t i = 0; i < s->nexpired; i++)
+            engine_set_told(s->engine, s->expired[i].session,
+                            s->expired[i].session_len, s->expired[i].token,
+                            false);
         uint64_t held;
         if (log_limit_pass(&s->commit_log, clock_mono_ns(), &held))
             log_warn("commit_failed",
@@ -636,6 +677,7 @@ static void commit_ended(struct embedded *s, int status)
     commit_outcome(s, ok, s->durable || probe);
     s->nchgs = 0;
     s->nevs = 0;
+    s->nexpired = 0;
     /* Answer what need not wait for the disk; the rest waits for a sync
      * that begins after this commit. */
     struct request *batch = s->batch;
@@ -989,7 +1031,7 @@ static void process(struct embedded *s)
     if (!committing(s))
         take_admin(s);
     while (!committing(s) && (s->pending.head != NULL || s->gc_due ||
-                              s->probe_due || s->ttl_due)) {
+                              s->expiries_due || s->probe_due || s->ttl_due)) {
         int64_t now_ns = clock_now_ns(&s->clock);
         s->durable = false;
         s->batch_now_ns = now_ns;
@@ -1008,6 +1050,10 @@ static void process(struct embedded *s)
             s->nchgs = engine_collect(s->engine, now_ns, s->chgs, GC_MAX);
             for (size_t i = 0; i < s->nchgs; i++)
                 engine_stamp(s->engine, &s->chgs[i], s->committed_seq + 1);
+        }
+        if (s->expiries_due) {
+            s->expiries_due = false;
+            tell_expiries(s, now_ns);
         }
         /* What depends on this commit waits for it; the rest goes out
          * now, or after the sync of an earlier commit. */
@@ -1037,11 +1083,11 @@ static void process(struct embedded *s)
             if (!request_acquires(r->op)) /* a release, a revoke: */
                 wake_first(s, now_ns, r->session, r->session_len, NULL);
         }
-        if (s->nchgs > 0) {
+        if (s->nchgs > 0 || s->nevs > 0) {
             s->batch = batch.head;
             /* Nothing else to sync for: the commit's worker syncs too
              * (not in the control that answers before any sync). */
-            s->sync_in_commit = s->durable && !s->syncing &&
+            s->sync_in_commit = (s->durable || s->nevs > 0) && !s->syncing &&
                                 !FAULT_BROKEN("reply_before_sync");
             s->syncing = s->syncing || s->sync_in_commit;
             sm_move(&s->slot, SLOT_BATCH);
@@ -1082,6 +1128,7 @@ static bool short_path(struct embedded *s, int64_t now_ns,
 {
     if (s->base.order[req->order_slot] > ahead ||
         !changes_no_owner(s, now_ns, req) ||
+        engine_told(s->engine, req->session, req->session_len) ||
         engine_stamp_of(s->engine, req->session, req->session_len) > synced)
         return false;
     struct engine_change chg;
@@ -1165,11 +1212,14 @@ static void on_tick(struct mode *m)
 {
     struct embedded *s = (struct embedded *)m;
     pthread_mutex_lock(&s->lock);
-    int64_t now_ns = clock_now_ns(&s->clock);
-    update_gauges(s, now_ns);
-    lower_quarantine_ttl(s, now_ns);
-    s->gc_due = true;
-    s->probe_due = s->base.storage_failing && s->failing_durable;
+    s->expiries_due = s->history != NULL;
+    if (++s->ticks % TICKS_PER_GC == 0) {
+        int64_t now_ns = clock_now_ns(&s->clock);
+        update_gauges(s, now_ns);
+        lower_quarantine_ttl(s, now_ns);
+        s->gc_due = true;
+        s->probe_due = s->base.storage_failing && s->failing_durable;
+    }
     process(s);
     pthread_mutex_unlock(&s->lock);
 }
@@ -1184,6 +1234,7 @@ static void embedded_destroy(struct mode *m)
     waiters_destroy(s->waiters);
     free(s->chgs);
     free(s->evs);
+    free(s->expired);
     if (s->lock_fd >= 0)
         close(s->lock_fd);
     pthread_mutex_destroy(&s->lock);
@@ -1309,10 +1360,12 @@ struct mode *mode_embedded_create(uv_loop_t *loop, struct store *store,
     s->list_work.data = s;
     clock_init(&s->clock);
     s->chgs = calloc(MAX_BATCH + GC_MAX, sizeof(*s->chgs));
-    s->evs = calloc(2 * (MAX_BATCH + GC_MAX), sizeof(*s->evs));
+    s->evs = calloc(2 * (MAX_BATCH + GC_MAX) + EXPIRIES_MAX, sizeof(*s->evs));
+    s->expired = calloc(EXPIRIES_MAX, sizeof(*s->expired));
     s->waiters = waiters_create();
     s->history = hooks->history;
-    if (s->chgs == NULL || s->evs == NULL || s->waiters == NULL) {
+    if (s->chgs == NULL || s->evs == NULL || s->expired == NULL ||
+        s->waiters == NULL) {
         snprintf(errmsg, len, "out of memory");
         embedded_destroy(&s->base);
         return NULL;
@@ -1323,7 +1376,7 @@ struct mode *mode_embedded_create(uv_loop_t *loop, struct store *store,
         return NULL;
     }
     mode_init(&s->base, &mode_embedded, loop, hooks, ttl_ns);
-    mode_start_timer(&s->base, GC_INTERVAL_MS, on_tick);
+    mode_start_timer(&s->base, TICK_MS, on_tick);
     return &s->base;
 }
 

@@ -136,6 +136,61 @@ def test_every_change_of_owner_is_an_event_in_revision_order():
         assert stored_events(d) == got
 
 
+def test_an_expiry_is_told_as_it_happens_and_a_reclaim_after_it():
+    """EXPIRED comes with no call to make the expiry known; the holder's
+    renewal after it reclaims the lease (the same token), told GRANTED
+    again."""
+    with Leased(ttl="1s") as d:
+        c = d.client()
+        w = Watcher(c, session="x")
+        w.started()
+        x = c.acquire("x", "o")
+        got = brief(w.until_events(2))
+        assert got == [(1, "GRANTED", "x", "o", x.token),
+                       (2, "EXPIRED", "x", "o", x.token)], got
+        back = c.renew(x)
+        assert back.token == x.token
+        got = brief(w.until_events(3))
+        assert got[2] == (3, "GRANTED", "x", "o", x.token), got
+        # Told once: its next expiry is told again, after the reclaim.
+        assert brief(w.until_events(4))[3][:2] == (4, "EXPIRED")
+        w.cancel()
+
+
+def test_an_expiry_told_before_a_restart_is_not_told_again():
+    """A lease told expired, still held in the store when leased
+    restarts, is quarantined and then expired again: the events say it
+    once."""
+    with Leased(ttl="1s") as d:
+        c = d.client()
+        w = Watcher(c, prefix="")
+        w.started()
+        x = c.acquire("x", "o")
+        w.until_events(2)
+        w.cancel()
+        d.stop()
+        d.start()
+        c = d.client()
+        w = Watcher(c, prefix="", after=2)
+        w.started()
+        # z expires after the quarantine ended; w a whole pass of the
+        # table (a second of ticks) after z was told.
+        z = c.acquire("z", "o")
+        w.until_events(2)
+        y = c.acquire("y", "o")
+        got = brief(w.until_events(4))
+        w.cancel()
+        assert got == [(3, "GRANTED", "z", "o", z.token),
+                       (4, "EXPIRED", "z", "o", z.token),
+                       (5, "GRANTED", "y", "o", y.token),
+                       (6, "EXPIRED", "y", "o", y.token)], got
+        d.stop()
+        assert [e[1:3] for e in stored_events(d)] == [
+            ("GRANTED", "x"), ("EXPIRED", "x"), ("GRANTED", "z"),
+            ("EXPIRED", "z"), ("GRANTED", "y"), ("EXPIRED", "y")]
+        assert x.token >= 1
+
+
 def test_a_session_or_a_prefix_sees_only_its_own():
     with Leased(ttl="20s") as d:
         c = d.client()

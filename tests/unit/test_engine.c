@@ -569,16 +569,68 @@ TEST(check_catches_a_corrupted_engine)
     }
 }
 
-CHECK_MAIN(first_takeover_gets_token_one,
-           count_live_counts_at_once_and_leaves_the_census_alone, other_owner_held_until_expiry,
-           same_owner_reacquire_keeps_token,
+/* Every expiry is told once, whole passes of the table at a time: past
+ * its expiry and the quarantine, not before; again only after a change
+ * extended or ended it; a change undone puts back its telling. */
+TEST(expiries_are_told_once_until_extended)
+{
+    setup();
+    struct engine_grant a, b;
+    struct lease_row rows[8];
+    acq(0, "s", "A", &a);
+    acq(0, "t", "B", &b);
+    CHECK_EQ_I64(engine_expiries(E, T0 + 29 * S, 1, rows, 8), 0);
+    CHECK_EQ_I64(engine_expiries(E, T0 + 30 * S, 1, rows, 8), 2);
+    CHECK(engine_told(E, "s", 1) && engine_told(E, "t", 1));
+    CHECK_EQ_I64(engine_expiries(E, T0 + 31 * S, 1, rows, 8), 0);
+    /* A reclaim says it was told, and untells; undone, told again. */
+    struct engine_change c;
+    struct engine_grant g;
+    CHECK_EQ_I64(engine_renew(E, T0 + 32 * S, "s", 1, "A", 1, a.token, &g, &c),
+                 ENGINE_OK);
+    CHECK(c.was_told && !engine_told(E, "s", 1));
+    engine_finish(E, &c, false);
+    CHECK(engine_told(E, "s", 1));
+    CHECK_EQ_I64(ren(32, "s", "A", a.token, NULL), ENGINE_OK);
+    CHECK(!engine_told(E, "s", 1));
+    CHECK_EQ_I64(engine_expiries(E, T0 + 61 * S, 1, rows, 8), 0);
+    CHECK_EQ_I64(engine_expiries(E, T0 + 62 * S, 1, rows, 8), 1);
+    CHECK(rows[0].session_len == 1 && rows[0].session[0] == 's');
+    /* Set from outside (the stored events), for the token it names. */
+    engine_set_told(E, "s", 1, a.token + 1, false);
+    CHECK(engine_told(E, "s", 1));
+    engine_set_told(E, "s", 1, a.token, false);
+    CHECK(!engine_told(E, "s", 1));
+    teardown();
+}
+
+/* A loaded lease is not told before the quarantine ends; max bounds a
+ * call, and the next one goes on. */
+TEST(expiries_wait_for_the_quarantine_and_come_max_at_a_time)
+{
+    setup();
+    struct lease_row l1 = {"a", 1, "A", 1, 3, T0 - 100 * S};
+    struct lease_row l2 = {"b", 1, "B", 1, 4, T0 - 100 * S};
+    CHECK_EQ_I64(engine_load(E, &l1), ENGINE_OK);
+    CHECK_EQ_I64(engine_load(E, &l2), ENGINE_OK);
+    struct lease_row rows[1];
+    CHECK_EQ_I64(engine_expiries(E, T0 + 29 * S, 1, rows, 1), 0);
+    CHECK_EQ_I64(engine_expiries(E, T0 + 30 * S, 1, rows, 1), 1);
+    CHECK_EQ_I64(engine_expiries(E, T0 + 30 * S, 1, rows, 1), 1);
+    CHECK_EQ_I64(engine_expiries(E, T0 + 30 * S, 1, rows, 1), 0);
+    teardown();
+}
+
+CHECK_MAIN(first_takeover_gets_token_one, expiries_are_told_once_until_extended,
+           expiries_wait_for_the_quarantine_and_come_max_at_a_time,
+           count_live_counts_at_once_and_leaves_the_census_alone,
+           other_owner_held_until_expiry, same_owner_reacquire_keeps_token,
            renew_keeps_token_and_moves_expiry_strictly,
            renew_reclaims_expired_lease_nobody_took,
            renew_after_takeover_or_release_is_lost,
            release_needs_owner_and_token,
            revoke_frees_any_holder_and_the_next_token_is_greater,
-           takeover_chain_tokens_rise,
-           embedded_nul_is_another_session,
+           takeover_chain_tokens_rise, embedded_nul_is_another_session,
            quarantine_holds_loaded_leases_for_a_ttl,
            quarantined_owner_can_renew, undo_restores_every_kind_of_change,
            collect_keeps_tokens_rising, collect_undo_puts_entry_back,
