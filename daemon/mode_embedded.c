@@ -123,6 +123,7 @@
 #define TICK_MS 250          /* the mode's tick: expiries told (Watch) */
 #define TICKS_PER_GC 4       /* garbage collection, gauges: every second */
 #define EXPIRIES_MAX 1024    /* told in one batch, at most */
+#define EXPIRIES_WHOLE 65536 /* entries looked at whole each tick */
 #define CENSUS_BUCKETS 65536 /* looked at per tick for leases_live */
 #define CLOCK_STEP_NS INT64_C(1000000000) /* wall clock jumps logged */
 
@@ -308,10 +309,10 @@ static enum engine_result engine_decide(struct embedded *s, int64_t now_ns,
  * next revision: a takeover is GRANTED (after EXPIRED, when the lease it
  * replaced had run out and that was not told yet), a release RELEASED, a
  * revoke REVOKED. Expiries are told as they happen: each tick (TICK_MS)
- * the next batch looks at a quarter of the engine's table for held
- * leases past their expiry and the restart quarantine (engine_expiries),
- * so each is told EXPIRED within about a second and a commit, even with
- * no call to make it known; the engine marks it told, and its holder's
+ * the next batch looks at the engine's table (a quarter of it, past
+ * EXPIRIES_WHOLE entries) for held leases past their expiry and the
+ * restart quarantine (engine_expiries), so each is told EXPIRED within a
+ * tick (a second) and a commit, even with no call to make it known; the engine marks it told, and its holder's
  * reclaim (a renewal after it) is then a change of its own, stored and
  * told GRANTED again before its answer (never on the short path). The
  * batch's commit stores the events with its changes (store_apply_events,
@@ -348,8 +349,9 @@ static void add_events(struct embedded *s, enum request_op op,
 /* Tells the expiries the engine finds (at the start of a batch). */
 static void tell_expiries(struct embedded *s, int64_t now_ns)
 {
-    s->nexpired = engine_expiries(s->engine, now_ns, TICKS_PER_GC, s->expired,
-                                  EXPIRIES_MAX);
+    size_t parts = engine_count(s->engine) <= EXPIRIES_WHOLE ? 1 : TICKS_PER_GC;
+    s->nexpired =
+        engine_expiries(s->engine, now_ns, parts, s->expired, EXPIRIES_MAX);
     for (size_t i = 0; i < s->nexpired; i++)
         add_event(s, STORE_EXPIRED, &s->expired[i]);
 }

@@ -1,6 +1,6 @@
 """Benchmark smoke runs: leasebench works end to end against the real
 daemon and against its null server, with zero errors; handoffbench and
-waiters_mem.py run to their end. Asserts no speed: numbers belong in
+waiters_mem.py and watchers_mem.py run to their end. Asserts no speed: numbers belong in
 docs/benchmarks.md, from tests/bench/compare.sh and the others."""
 import json
 import os
@@ -69,6 +69,15 @@ def test_waiters_mem_runs():
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, (p.stdout, p.stderr)
     assert "200 waiting calls on 20 sessions" in p.stdout, p.stdout
+
+
+def test_watchers_mem_runs():
+    script = os.path.join(harness.ROOT, "tests", "bench", "watchers_mem.py")
+    p = subprocess.run([sys.executable, script, "200"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert "200 watch streams" in p.stdout, p.stdout
+    assert "each watcher told" in p.stdout, p.stdout
 
 
 harness.main(globals())
