@@ -308,18 +308,19 @@ static enum engine_result engine_decide(struct embedded *s, int64_t now_ns,
  * Each change of owner in a batch is an event for Watch, numbered by the
  * next revision: a takeover is GRANTED (after EXPIRED, when the lease it
  * replaced had run out and that was not told yet), a release RELEASED, a
- * revoke REVOKED. Expiries are told as they happen: each tick (TICK_MS)
- * the next batch looks at the engine's table (a quarter of it, past
- * EXPIRIES_WHOLE entries) for held leases past their expiry and the
- * restart quarantine (engine_expiries), so each is told EXPIRED within a
- * tick (a second) and a commit, even with no call to make it known; the engine marks it told, and its holder's
- * reclaim (a renewal after it) is then a change of its own, stored and
- * told GRANTED again before its answer (never on the short path). The
- * batch's commit stores the events with its changes (store_apply_events,
- * which keeps the last --watch-history), and its sync makes them visible
- * to watchers (history_publish): a watcher sees nothing the disk may
- * lose. A failed commit gives its revisions back and untells its
- * expiries. At start the stored events say which expiries were told. */
+ * revoke REVOKED. Expiries are told as they happen: each tick (TICK_MS) the
+ * next batch looks at the engine's table (a quarter of it, past
+ * EXPIRIES_WHOLE entries) for held leases past their expiry and the restart
+ * quarantine (engine_expiries), so each is told EXPIRED within a tick (a
+ * second) and a commit, even with no call to make it known; the engine
+ * marks it told, and its holder's reclaim (a renewal after it) is then a
+ * change of its own, stored and told GRANTED again before its answer (never
+ * on the short path). The batch's commit stores the events with its changes
+ * (store_apply_events, which keeps the last --watch-history), and its sync
+ * makes them visible to watchers (history_publish): a watcher sees nothing
+ * the disk may lose. A failed commit gives its revisions back and untells
+ * its expiries. At start the stored events say which expiries were
+ * told. */
 
 static void add_event(struct embedded *s, enum store_event_kind kind,
                       const struct lease_row *lease)
