@@ -637,6 +637,10 @@ static void commit_ended(struct embedded *s, int status)
         sync_failed(s, "out of memory for Watch's events");
         return;
     }
+    /* A negative control of the fault campaign: events told at their
+     * commit (which then never syncs itself), before the disk has them. */
+    if (ok && FAULT_BROKEN("publish_before_sync"))
+        history_publish(s->history, seq);
     if (ok && s->nevs > 0)
         s->events_seq = seq;
     if (ok) {
@@ -1091,7 +1095,8 @@ static void process(struct embedded *s)
             /* Nothing else to sync for: the commit's worker syncs too
              * (not in the control that answers before any sync). */
             s->sync_in_commit = (s->durable || s->nevs > 0) && !s->syncing &&
-                                !FAULT_BROKEN("reply_before_sync");
+                                !FAULT_BROKEN("reply_before_sync") &&
+                                !FAULT_BROKEN("publish_before_sync");
             s->syncing = s->syncing || s->sync_in_commit;
             sm_move(&s->slot, SLOT_BATCH);
             uv_queue_work(s->base.loop, &s->commit_work, run_commit,
