@@ -1,10 +1,11 @@
 /* A blocking server-streaming gRPC call (see stream.h). */
 #include "stream.h"
 
-#include <grpc/byte_buffer_reader.h>
 #include <grpc/support/alloc.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "unary.h"
 
 /* Starts n ops as one batch tagged tag and waits for it. */
 static bool run(grpc_call *c, grpc_completion_queue *cq, grpc_op *ops, size_t n,
@@ -17,20 +18,6 @@ static bool run(grpc_call *c, grpc_completion_queue *cq, grpc_op *ops, size_t n,
     return ev.type == GRPC_OP_COMPLETE && ev.success;
 }
 
-static ProtobufCMessage *unpack(grpc_byte_buffer *b,
-                                const ProtobufCMessageDescriptor *desc)
-{
-    grpc_byte_buffer_reader reader;
-    if (!grpc_byte_buffer_reader_init(&reader, b))
-        return NULL;
-    grpc_slice all = grpc_byte_buffer_reader_readall(&reader);
-    grpc_byte_buffer_reader_destroy(&reader);
-    ProtobufCMessage *m = protobuf_c_message_unpack(
-        desc, NULL, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
-    grpc_slice_unref(all);
-    return m;
-}
-
 grpc_status_code
 stream_call(grpc_channel *ch, const char *path, const grpc_metadata *md,
             size_t nmd, const ProtobufCMessage *req,
@@ -40,15 +27,9 @@ stream_call(grpc_channel *ch, const char *path, const grpc_metadata *md,
 {
     *stopped = false;
     *received = 0;
-    size_t n = protobuf_c_message_get_packed_size(req);
-    grpc_slice body = grpc_slice_malloc(n);
-    protobuf_c_message_pack(req, GRPC_SLICE_START_PTR(body));
-    grpc_byte_buffer *send = grpc_raw_byte_buffer_create(&body, 1);
-    grpc_slice_unref(body);
-    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
-    grpc_call *c = grpc_channel_create_call(
-        ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
-        grpc_slice_from_static_string(path), NULL, deadline, NULL);
+    grpc_byte_buffer *send = unary_pack(req);
+    grpc_completion_queue *cq;
+    grpc_call *c = unary_start(ch, path, deadline, &cq);
     grpc_metadata_array initial, trailing;
     grpc_metadata_array_init(&initial);
     grpc_metadata_array_init(&trailing);
@@ -87,7 +68,7 @@ stream_call(grpc_channel *ch, const char *path, const grpc_metadata *md,
             ops[0].data.recv_message.recv_message = &recv;
             if (!run(c, cq, ops, 1, &tags[1]) || recv == NULL)
                 break; /* the stream ended: its status says why */
-            ProtobufCMessage *m = unpack(recv, desc);
+            ProtobufCMessage *m = unary_unpack(recv, desc);
             grpc_byte_buffer_destroy(recv);
             if (m == NULL) {
                 own = GRPC_STATUS_INTERNAL;
@@ -120,12 +101,6 @@ stream_call(grpc_channel *ch, const char *path, const grpc_metadata *md,
     grpc_metadata_array_destroy(&initial);
     grpc_metadata_array_destroy(&trailing);
     grpc_byte_buffer_destroy(send);
-    grpc_call_unref(c);
-    grpc_completion_queue_shutdown(cq);
-    while (grpc_completion_queue_pluck(cq, NULL,
-                                       gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
-               .type != GRPC_QUEUE_SHUTDOWN)
-        ;
-    grpc_completion_queue_destroy(cq);
+    unary_finish(c, cq);
     return status;
 }

@@ -20,6 +20,50 @@ static void said_ttl(const grpc_metadata_array *md, int64_t *ttl_ns)
     }
 }
 
+grpc_byte_buffer *unary_pack(const ProtobufCMessage *m)
+{
+    size_t n = protobuf_c_message_get_packed_size(m);
+    grpc_slice body = grpc_slice_malloc(n);
+    protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(body));
+    grpc_byte_buffer *b = grpc_raw_byte_buffer_create(&body, 1);
+    grpc_slice_unref(body);
+    return b;
+}
+
+ProtobufCMessage *unary_unpack(grpc_byte_buffer *b,
+                               const ProtobufCMessageDescriptor *desc)
+{
+    grpc_byte_buffer_reader reader;
+    if (b == NULL || !grpc_byte_buffer_reader_init(&reader, b))
+        return NULL;
+    grpc_slice all = grpc_byte_buffer_reader_readall(&reader);
+    grpc_byte_buffer_reader_destroy(&reader);
+    ProtobufCMessage *m = protobuf_c_message_unpack(
+        desc, NULL, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
+    grpc_slice_unref(all);
+    return m;
+}
+
+grpc_call *unary_start(grpc_channel *ch, const char *path,
+                       gpr_timespec deadline, grpc_completion_queue **cq)
+{
+    *cq = grpc_completion_queue_create_for_pluck(NULL);
+    return grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, *cq,
+                                    grpc_slice_from_static_string(path), NULL,
+                                    deadline, NULL);
+}
+
+void unary_finish(grpc_call *c, grpc_completion_queue *cq)
+{
+    grpc_call_unref(c);
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_pluck(cq, NULL,
+                                       gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+               .type != GRPC_QUEUE_SHUTDOWN)
+        ;
+    grpc_completion_queue_destroy(cq);
+}
+
 grpc_status_code unary_call(grpc_channel *ch, const char *path,
                             const grpc_metadata *md, size_t nmd,
                             bool wait_for_ready,
@@ -32,16 +76,9 @@ grpc_status_code unary_call(grpc_channel *ch, const char *path,
     *resp = NULL;
     if (ttl_ns != NULL)
         *ttl_ns = 0;
-    size_t n = protobuf_c_message_get_packed_size(req);
-    grpc_slice body = grpc_slice_malloc(n);
-    protobuf_c_message_pack(req, GRPC_SLICE_START_PTR(body));
-    grpc_byte_buffer *send = grpc_raw_byte_buffer_create(&body, 1);
-    grpc_slice_unref(body);
-
-    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
-    grpc_call *c = grpc_channel_create_call(
-        ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
-        grpc_slice_from_static_string(path), NULL, deadline, NULL);
+    grpc_byte_buffer *send = unary_pack(req);
+    grpc_completion_queue *cq;
+    grpc_call *c = unary_start(ch, path, deadline, &cq);
     grpc_metadata_array initial, trailing;
     grpc_metadata_array_init(&initial);
     grpc_metadata_array_init(&trailing);
@@ -80,15 +117,7 @@ grpc_status_code unary_call(grpc_channel *ch, const char *path,
         gpr_free(t);
     }
     if (status == GRPC_STATUS_OK) {
-        grpc_byte_buffer_reader reader;
-        if (recv != NULL && grpc_byte_buffer_reader_init(&reader, recv)) {
-            grpc_slice all = grpc_byte_buffer_reader_readall(&reader);
-            grpc_byte_buffer_reader_destroy(&reader);
-            *resp = protobuf_c_message_unpack(desc, NULL,
-                                              GRPC_SLICE_LENGTH(all),
-                                              GRPC_SLICE_START_PTR(all));
-            grpc_slice_unref(all);
-        }
+        *resp = unary_unpack(recv, desc);
         if (*resp == NULL) {
             status = GRPC_STATUS_INTERNAL;
             snprintf(details, details_len, "%s reply",
@@ -102,13 +131,6 @@ grpc_status_code unary_call(grpc_channel *ch, const char *path,
     grpc_metadata_array_destroy(&trailing);
     grpc_byte_buffer_destroy(send);
     grpc_byte_buffer_destroy(recv);
-    grpc_call_unref(c);
-    grpc_completion_queue_shutdown(cq);
-    while (grpc_completion_queue_pluck(cq, NULL,
-                                       gpr_inf_future(GPR_CLOCK_REALTIME),
-                                       NULL)
-               .type != GRPC_QUEUE_SHUTDOWN)
-        ;
-    grpc_completion_queue_destroy(cq);
+    unary_finish(c, cq);
     return status;
 }

@@ -1,6 +1,7 @@
 /*
  * One blocking unary gRPC call with protobuf-c messages: what liblease's
- * gRPC driver and leased-probe both need. Internal (not in lease.h).
+ * gRPC driver and leased-probe both need; and the pieces a streaming call
+ * (stream.h) shares with it. Internal (not in lease.h).
  */
 #ifndef LEASED_UNARY_H
 #define LEASED_UNARY_H
@@ -31,5 +32,19 @@ grpc_status_code unary_call(grpc_channel *ch, const char *path,
                             gpr_timespec deadline, ProtobufCMessage **resp,
                             int64_t *ttl_ns, char *details,
                             size_t details_len);
+
+/* m packed into a new byte buffer (destroy it). */
+grpc_byte_buffer *unary_pack(const ProtobufCMessage *m);
+
+/* b unpacked with desc (free it with protobuf_c_message_free_unpacked);
+ * NULL when it does not decode. */
+ProtobufCMessage *unary_unpack(grpc_byte_buffer *b,
+                               const ProtobufCMessageDescriptor *desc);
+
+/* A call of path on ch with its own pluck queue (*cq), until deadline;
+ * unary_finish() unrefs it and destroys the queue. */
+grpc_call *unary_start(grpc_channel *ch, const char *path,
+                       gpr_timespec deadline, grpc_completion_queue **cq);
+void unary_finish(grpc_call *c, grpc_completion_queue *cq);
 
 #endif

@@ -950,7 +950,10 @@ struct frontend *frontend_create(uv_loop_t *loop,
             0);
     }
     health_init(&fe->health, fe->server, fe->cq);
-    watches_init(&fe->watches, opts->history);
+    if (watches_init(&fe->watches, opts->history) != 0) {
+        snprintf(errmsg, errmsg_len, "out of memory");
+        goto fail;
+    }
     if (listeners_bind(fe->server, opts, errmsg, errmsg_len) != 0)
         goto fail;
 

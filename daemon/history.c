@@ -253,6 +253,25 @@ enum history_read history_read(struct history *h, uint64_t after,
     return HISTORY_READ;
 }
 
+enum history_read history_sessions(struct history *h, uint64_t after,
+                                   void (*fn)(void *arg, const char *session,
+                                              size_t len),
+                                   void *arg, uint64_t *newest)
+{
+    pthread_mutex_lock(&h->lock);
+    uint64_t first = h->newest - h->n + 1;
+    *newest = h->newest;
+    enum history_read rc = HISTORY_READ;
+    if (after < h->newest && after + 1 < first)
+        rc = HISTORY_COMPACTED;
+    for (uint64_t r = after + 1; rc == HISTORY_READ && r <= h->newest; r++) {
+        const struct lease_row *l = &h->ring[(r - 1) % h->cap]->ev.lease;
+        fn(arg, l->session, l->session_len);
+    }
+    pthread_mutex_unlock(&h->lock);
+    return rc;
+}
+
 size_t history_capacity(const struct history *h)
 {
     return h->cap;

@@ -83,6 +83,16 @@ enum history_read history_read(struct history *h, uint64_t after,
 
 size_t history_capacity(const struct history *h);
 
+/* Passes the session of each event after revision `after` to fn (with
+ * the lock held: fn must not call history_*), and returns the newest
+ * revision; HISTORY_COMPACTED (fn not called) when the event after
+ * `after` is no longer kept. For a reader that wakes only the watchers
+ * of the sessions that changed. */
+enum history_read history_sessions(struct history *h, uint64_t after,
+                                   void (*fn)(void *arg, const char *session,
+                                              size_t len),
+                                   void *arg, uint64_t *newest);
+
 /* The memory the events take, in bytes (for tests and benchmarks). */
 size_t history_bytes(struct history *h);
 

@@ -63,6 +63,7 @@
 #include "sm.h"
 
 #define EVENTS_PER_MESSAGE 64
+#define WATCH_BUCKETS 8192 /* chains of the streams of one session */
 
 enum watcher_state {
     W_WATCHING,
@@ -99,7 +100,10 @@ struct watcher {
     grpc_byte_buffer *body; /* the message pending, or last sent */
     grpc_slice details;     /* the final status's */
     int cancelled;
-    struct watcher *next;
+    struct watcher *next;      /* every stream */
+    struct watcher *next_same; /* its session's chain, or the prefixed */
+    struct watcher *next_due;  /* woken (on_wake) */
+    bool due;
 };
 
 /* What each state promises: a call, and a body while a message may be
@@ -124,6 +128,15 @@ static bool watcher_invariant(const struct sm *sm, int prev)
     return false;
 }
 
+/* The chain c is on: its session's, or the prefixed streams'. */
+static struct watcher **chain_of(struct watches *w, const char *key, size_t len,
+                                 bool prefix)
+{
+    if (prefix)
+        return &w->prefixed;
+    return &w->by_session[siphash24(&w->key, key, len) % WATCH_BUCKETS];
+}
+
 /* -> DONE: frees c. */
 static void finish(struct watcher *c)
 {
@@ -132,6 +145,10 @@ static void finish(struct watcher *c)
     while (*p != c)
         p = &(*p)->next;
     *p = c->next;
+    p = chain_of(w, c->key, c->filter.key_len, c->filter.prefix);
+    while (*p != c)
+        p = &(*p)->next_same;
+    *p = c->next_same;
     sm_move(&c->sm, W_DONE);
     atomic_fetch_sub(&metrics.watch_streams, 1);
     grpc_byte_buffer_destroy(c->body);
@@ -284,6 +301,10 @@ void watches_start(struct watches *w, grpc_call *call,
                                         : history_newest(w->history);
     c->next = w->list;
     w->list = c;
+    struct watcher **chain =
+        chain_of(w, c->key, c->filter.key_len, c->filter.prefix);
+    c->next_same = *chain;
+    *chain = c;
     w->live++;
     atomic_fetch_add(&metrics.watch_streams, 1);
     sm_init(&c->sm, watcher_states, watcher_invariant, W_WATCHING);
@@ -348,13 +369,47 @@ static void on_closed(struct watcher *c)
     }
 }
 
+struct waking {
+    struct watches *w;
+    struct watcher *due;
+};
+
+/* A session changed: its streams are due (called under the history's
+ * lock: they look once it is let go). */
+static void session_changed(void *arg, const char *session, size_t len)
+{
+    struct waking *k = arg;
+    for (struct watcher *c = *chain_of(k->w, session, len, false); c != NULL;
+         c = c->next_same)
+        if (!c->due && c->filter.key_len == len &&
+            memcmp(c->key, session, len) == 0) {
+            c->due = true;
+            c->next_due = k->due;
+            k->due = c;
+        }
+}
+
 static void on_wake(struct watches *w)
 {
     pthread_mutex_lock(&w->lock);
     w->wake_pending = false;
     pthread_mutex_unlock(&w->lock);
-    for (struct watcher *c = w->list; c != NULL; c = c->next)
+    struct waking k = {w, NULL};
+    uint64_t newest;
+    if (history_sessions(w->history, w->dispatched, session_changed, &k,
+                         &newest) != HISTORY_READ) {
+        for (struct watcher *c = w->list; c != NULL; c = c->next)
+            update(c); /* it fell behind: every stream looks */
+    } else {
+        for (struct watcher *c = w->prefixed; c != NULL; c = c->next_same)
+            update(c);
+    }
+    w->dispatched = newest;
+    for (struct watcher *c = k.due, *next; c != NULL; c = next) {
+        next = c->next_due;
+        c->due = false;
         update(c);
+    }
 }
 
 void watches_on_event(struct watches *w, struct frontend_tag *tag, bool success)
@@ -404,18 +459,26 @@ void watches_drain(struct watches *w)
         update(c);
 }
 
-void watches_init(struct watches *w, struct history *history)
+int watches_init(struct watches *w, struct history *history)
 {
     memset(w, 0, sizeof(*w));
     w->history = history;
     w->wake_tag.kind = TAG_WATCH_WAKE;
     pthread_mutex_init(&w->lock, NULL);
-    if (history != NULL)
+    siphash_random_key(&w->key);
+    w->by_session = calloc(WATCH_BUCKETS, sizeof(*w->by_session));
+    if (w->by_session == NULL)
+        return -1;
+    if (history != NULL) {
+        w->dispatched = history_newest(history);
         history_set_wake(history, watches_wake, w);
+    }
+    return 0;
 }
 
 void watches_destroy(struct watches *w)
 {
+    free(w->by_session);
     pthread_mutex_destroy(&w->lock);
 }
 

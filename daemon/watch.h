@@ -7,8 +7,10 @@
  *
  * The loop appends to the history; the history's wake function
  * (watches_wake, on any thread) brings the completion-queue thread by an
- * empty batch on a call kept for it (the waker), so that every stream
- * sends what is new without waiting for the thread's idle tick.
+ * empty batch on a call kept for it (the waker), so that the streams
+ * send what is new without waiting for the thread's idle tick. Only the
+ * streams that may want it look: those of a session that changed (found
+ * by a hash table of sessions) and those of a prefix.
  */
 #ifndef LEASED_WATCH_H
 #define LEASED_WATCH_H
@@ -21,14 +23,21 @@
 #include "frontend.h"
 #include "history.h"
 #include "request.h"
+#include "siphash.h"
 
 struct watcher;
 
 struct watches {
     struct history *history; /* borrowed */
-    struct watcher *list;
+    struct watcher *list;    /* every stream */
     size_t live;
     bool draining;
+    /* The streams of one session, by its hash (WATCH_BUCKETS chains),
+     * and those of a prefix; the newest revision they were woken for. */
+    struct siphash_key key;
+    struct watcher **by_session;
+    struct watcher *prefixed;
+    uint64_t dispatched;
     /* The waker (see above), shared with the thread that appends. */
     pthread_mutex_t lock;
     grpc_call *waker; /* a ref of one Watch call's; NULL: none or drained */
@@ -37,8 +46,9 @@ struct watches {
 };
 
 /* Before the completion-queue thread starts: w serves history's events
- * (history NULL or not served: every Watch is UNIMPLEMENTED). */
-void watches_init(struct watches *w, struct history *history);
+ * (history NULL or not served: every Watch is UNIMPLEMENTED). Returns -1
+ * when out of memory. */
+int watches_init(struct watches *w, struct history *history);
 void watches_destroy(struct watches *w); /* once empty */
 
 /* Whether Watch is served: frontend.c answers UNIMPLEMENTED otherwise. */

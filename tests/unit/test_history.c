@@ -149,7 +149,41 @@ TEST(staged_events_are_seen_only_once_published)
     history_destroy(h);
 }
 
+struct sessions {
+    int n;
+    char session[8][16];
+};
+
+static void note(void *arg, const char *session, size_t len)
+{
+    struct sessions *x = arg;
+    snprintf(x->session[x->n++], 16, "%.*s", (int)len, session);
+}
+
+/* The sessions that changed after a revision, for waking their watchers;
+ * none when that revision is no longer kept. */
+TEST(sessions_after_a_revision)
+{
+    struct history *h = history_create(3);
+    struct store_event evs[] = {ev(1, "a"), ev(2, "b"), ev(3, "c"), ev(4, "d")};
+    CHECK_EQ_I64(history_append(h, evs, 4), 0);
+    struct sessions x = {0};
+    uint64_t newest = 0;
+    CHECK_EQ_I64(history_sessions(h, 2, note, &x, &newest), HISTORY_READ);
+    CHECK_EQ_I64(newest, 4);
+    CHECK_EQ_I64(x.n, 2);
+    CHECK_STR(x.session[0], "c");
+    CHECK_STR(x.session[1], "d");
+    memset(&x, 0, sizeof(x));
+    CHECK_EQ_I64(history_sessions(h, 0, note, &x, &newest), HISTORY_COMPACTED);
+    CHECK_EQ_I64(x.n, 0);
+    CHECK_EQ_I64(history_sessions(h, 4, note, &x, &newest), HISTORY_READ);
+    CHECK_EQ_I64(x.n, 0);
+    history_destroy(h);
+}
+
 CHECK_MAIN(reads_what_follows_a_revision_through_a_filter,
+           sessions_after_a_revision,
            old_revisions_are_compacted_and_later_ones_ahead,
            a_history_loaded_from_a_later_revision_starts_there,
            staged_events_are_seen_only_once_published)
