@@ -196,6 +196,14 @@ int history_publish(struct history *h, uint64_t synced)
     return rc;
 }
 
+void history_start_after(struct history *h, uint64_t revision)
+{
+    pthread_mutex_lock(&h->lock);
+    if (h->n == 0 && h->newest < revision)
+        h->newest = revision;
+    pthread_mutex_unlock(&h->lock);
+}
+
 uint64_t history_newest(struct history *h)
 {
     pthread_mutex_lock(&h->lock);

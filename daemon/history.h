@@ -52,6 +52,11 @@ int history_stage(struct history *h, const struct store_event *evs, size_t n,
                   uint64_t commit);
 int history_publish(struct history *h, uint64_t synced);
 
+/* With no event kept: the next one's revision follows `revision`, and
+ * every revision up to it counts as no longer kept (a store whose
+ * revisions were moved on at a restore). */
+void history_start_after(struct history *h, uint64_t revision);
+
 /* The newest revision (0: none yet). */
 uint64_t history_newest(struct history *h);
 

@@ -1328,14 +1328,21 @@ static int load(struct embedded *s, char *errmsg, size_t len)
         return -1;
     }
     engine_raise_floor(s->engine, floor);
+    int64_t revision_floor = 0;
     if (s->history != NULL) {
         err = store_load_events(s->store, load_event, s);
+        if (err == STORE_OK)
+            err = store_get_meta(s->store, "revision_floor", &revision_floor);
         if (err != STORE_OK) {
             snprintf(errmsg, len, "loading events: %s",
                      err == STORE_ENOMEM ? "out of memory, or revisions "
                                            "that do not follow each other"
                                          : store_errmsg(s->store));
             return -1;
+        }
+        if ((uint64_t)revision_floor > s->revision) { /* see store.h */
+            s->revision = (uint64_t)revision_floor;
+            history_start_after(s->history, s->revision);
         }
         history_set_served(s->history);
     }

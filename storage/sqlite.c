@@ -14,6 +14,8 @@
  *     (see daemon/mode_embedded.c); absent in a new database.
  *     'storage_checked_ns': when the daemon last wrote to check that
  *     storage works again after a failure (see daemon/mode_embedded.c).
+ *     'revision_floor': revisions of events start above it (set by
+ *     store_raise_tokens at a restore); absent until then.
  *   events(revision INTEGER PRIMARY KEY, session_id, kind, owner, token,
  *          expiry_ns)
  *     the last changes of leases, for Watch (store_apply_events): each
@@ -541,6 +543,21 @@ enum store_err store_raise_tokens(struct store *s, uint64_t floor,
     int err = step_done(s, ST_BEGIN);
     if (err != STORE_OK)
         return err;
+    /* A floor raised is a restore: the backup's revisions may have been
+     * told, with other changes, before it; they start again past them. */
+    int64_t was = 0;
+    err = store_get_meta(s, "token_floor", &was);
+    if (err == STORE_OK && (uint64_t)was < floor)
+        err = exec(s, "INSERT INTO meta(key, value) VALUES('revision_floor',"
+                      " max(coalesce((SELECT max(revision) FROM events), 0),"
+                      " coalesce((SELECT value FROM meta"
+                      " WHERE key = 'revision_floor'), 0)) + 1000000000)"
+                      " ON CONFLICT(key) DO UPDATE SET value = excluded.value;"
+                      "DELETE FROM events");
+    if (err != STORE_OK) {
+        roll_back(s);
+        return err;
+    }
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(
         s->db, "UPDATE leases SET token = ?1 WHERE token < ?1", -1, &st,

@@ -95,7 +95,11 @@ enum store_err store_cap_expiries(struct store *s, int64_t cap_ns,
 /* For a restore of an older backup: raises every row's token and the
  * token floor to at least floor (1..2^62), durably, in one
  * transaction, so that every token given from now on is above floor.
- * *raised is the number of rows changed. */
+ * *raised is the number of rows changed. When the floor was below floor
+ * (a restore, not the same flag again), the events kept are forgotten
+ * and 'revision_floor' set 10^9 past every revision kept before: the
+ * backup's revisions may have gone to other changes since it was taken,
+ * and a watcher that saw them must read again. */
 enum store_err store_raise_tokens(struct store *s, uint64_t floor,
                                   size_t *raised);
 

@@ -1146,12 +1146,24 @@ def test_disk_full_unavailable_then_recovers():
         assert rows["s"][:2] == ("bob", 1), rows
 
 
+def watch_start(c):
+    """The revision a Watch from now starts at: the store's newest."""
+    stream = c.changes(prefix="", timeout=10)
+    first = next(stream)
+    stream.cancel()
+    return first.revision
+
+
 def test_restore_of_an_older_backup_with_a_raised_floor():
     """Promise 3 across the restore of an older backup: started with
     --raise-token-floor N (N: the token high-water mark `leasectl stats`
     showed before), leased gives only tokens above N, to sessions in the
     backup, sessions newer than it and new ones; a holder the backup knew
-    is told it lost the lease; the raise is kept across restarts."""
+    is told it lost the lease; the raise is kept across restarts. Its
+    Watch revisions start again 10^9 past the backup's, and a watcher of
+    the revisions since the backup (which the restore gives to other
+    changes) is told to read again (OUT_OF_RANGE); the flag given again
+    moves nothing."""
     with harness.Leased(ttl="1s") as d:
         c = d.client()
         alice = c.acquire("a", "alice")
@@ -1168,6 +1180,8 @@ def test_restore_of_an_older_backup_with_a_raised_floor():
             capture_output=True, text=True, timeout=30, check=True)
         high = json.loads(stats.stdout)["token_high_water_mark"]
         assert high == 3
+        seen = watch_start(c)  # 6 changes: the backup held the first
+        assert seen == 6, seen
         assert d.stop() == 0
 
         for suffix in ("-wal", "-shm"):
@@ -1179,10 +1193,21 @@ def test_restore_of_an_older_backup_with_a_raised_floor():
         d.wait_log(r"msg=token_floor_raised to=3 rows=1")
         c = d.client()
         expect_code(HELD, c.renew, alice)  # its token is no longer 1
+        for after in (1, seen):  # one the backup has, one it has not
+            expect_code(grpc.StatusCode.OUT_OF_RANGE,
+                        lambda: list(c.changes(prefix="", after=after,
+                                               timeout=10)))
+        assert watch_start(c) == 1 + 10**9
         time.sleep(1.2)  # the restart quarantine
         assert c.acquire("a", "erin").token == 4
         assert c.acquire("b", "frank").token == 4  # not 1 again
         assert c.acquire("c", "gina").token == 4
+        assert d.stop() == 0
+
+        # Given again, the flag raises and moves nothing.
+        d.start()
+        c = d.client()
+        assert watch_start(c) >= 10**9 + 4  # erin, frank, gina's grants
         assert d.stop() == 0
 
         d.args = d.args[:-2]

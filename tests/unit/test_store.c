@@ -388,7 +388,31 @@ TEST(version_1_is_upgraded)
     store_close(s);
 }
 
+/* A restore (the token floor raised) forgets the events kept and moves
+ * revisions on; the same floor again moves nothing. */
+TEST(a_restore_moves_revisions_on)
+{
+    fresh();
+    struct store *s = open_store();
+    struct engine_change a = put("s1", "A", 5, 100);
+    struct store_event ea = event(7, STORE_GRANTED, &a);
+    CHECK_EQ_I64(store_apply_events(s, &a, 1, &ea, 1, 10), STORE_OK);
+    size_t raised;
+    int64_t rf = -1;
+    CHECK_EQ_I64(store_raise_tokens(s, 9, &raised), STORE_OK);
+    CHECK_EQ_I64(store_get_meta(s, "revision_floor", &rf), STORE_OK);
+    CHECK_EQ_I64(rf, 7 + 1000000000);
+    struct events l = {0};
+    CHECK_EQ_I64(store_load_events(s, collect_event, &l), STORE_OK);
+    CHECK_EQ_I64(l.n, 0);
+    CHECK_EQ_I64(store_raise_tokens(s, 9, &raised), STORE_OK);
+    CHECK_EQ_I64(store_get_meta(s, "revision_floor", &rf), STORE_OK);
+    CHECK_EQ_I64(rf, 7 + 1000000000);
+    store_close(s);
+}
+
 CHECK_MAIN(meta_values_survive_reopen, put_update_and_reload,
+           a_restore_moves_revisions_on,
            events_commit_with_their_changes_and_are_compacted,
            version_1_is_upgraded, stale_condition_rolls_back_whole_batch,
            changes_match_owner_and_token_not_expiry,
