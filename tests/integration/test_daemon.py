@@ -1180,8 +1180,10 @@ def test_restore_of_an_older_backup_with_a_raised_floor():
             capture_output=True, text=True, timeout=30, check=True)
         high = json.loads(stats.stdout)["token_high_water_mark"]
         assert high == 3
-        seen = watch_start(c)  # 6 changes: the backup held the first
-        assert seen == 6, seen
+        # 6 changes at least (the backup held the first); more when a slow
+        # run let leases expire meanwhile (each told EXPIRED).
+        seen = watch_start(c)
+        assert seen >= 6, seen
         assert d.stop() == 0
 
         for suffix in ("-wal", "-shm"):
@@ -1197,7 +1199,11 @@ def test_restore_of_an_older_backup_with_a_raised_floor():
             expect_code(grpc.StatusCode.OUT_OF_RANGE,
                         lambda: list(c.changes(prefix="", after=after,
                                                timeout=10)))
-        assert watch_start(c) == 1 + 10**9
+        # 10^9 past the backup's last revision (1, or 2 if alice's lease
+        # was told expired before the copy), and a few more if a slow run
+        # told expiries since the start.
+        start = watch_start(c)
+        assert 10**9 < start < 10**9 + 10, start
         time.sleep(1.2)  # the restart quarantine
         assert c.acquire("a", "erin").token == 4
         assert c.acquire("b", "frank").token == 4  # not 1 again
@@ -1207,7 +1213,8 @@ def test_restore_of_an_older_backup_with_a_raised_floor():
         # Given again, the flag raises and moves nothing.
         d.start()
         c = d.client()
-        assert watch_start(c) >= 10**9 + 4  # erin, frank, gina's grants
+        moved = watch_start(c)  # erin, frank, gina's grants
+        assert start + 3 <= moved < 2 * 10**9, (start, moved)
         assert d.stop() == 0
 
         d.args = d.args[:-2]
