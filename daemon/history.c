@@ -27,6 +27,8 @@ struct history {
     uint64_t newest; /* 0: none yet */
     size_t bytes;
     atomic_bool served;
+    bool copy;                 /* history_set_copy() */
+    uint64_t asked, answered; /* the copy's tickets */
     void (*wake)(void *arg);
     void *wake_arg;
 };
@@ -47,6 +49,17 @@ fail:
     return NULL;
 }
 
+/* Frees every event kept (the lock held, or the history the caller's). */
+static void drop_kept(struct history *h)
+{
+    for (size_t i = 0; i < h->cap; i++) {
+        free(h->ring[i]);
+        h->ring[i] = NULL;
+    }
+    h->n = 0;
+    h->bytes = 0;
+}
+
 void history_destroy(struct history *h)
 {
     if (h == NULL)
@@ -55,8 +68,7 @@ void history_destroy(struct history *h)
         free(h->staged[i]);
     free(h->staged);
     free(h->staged_commit);
-    for (size_t i = 0; i < h->cap; i++)
-        free(h->ring[i]);
+    drop_kept(h);
     free(h->ring);
     pthread_mutex_destroy(&h->lock);
     free(h);
@@ -202,6 +214,56 @@ void history_start_after(struct history *h, uint64_t revision)
     if (h->n == 0 && h->newest < revision)
         h->newest = revision;
     pthread_mutex_unlock(&h->lock);
+}
+
+void history_restart(struct history *h, uint64_t revision)
+{
+    pthread_mutex_lock(&h->lock);
+    drop_kept(h);
+    h->newest = revision;
+    pthread_mutex_unlock(&h->lock);
+    if (h->wake != NULL)
+        h->wake(h->wake_arg);
+}
+
+void history_set_copy(struct history *h)
+{
+    h->copy = true;
+}
+
+uint64_t history_ask(struct history *h)
+{
+    pthread_mutex_lock(&h->lock);
+    uint64_t ticket = h->copy ? ++h->asked : 0;
+    pthread_mutex_unlock(&h->lock);
+    return ticket;
+}
+
+bool history_answered(struct history *h, uint64_t ticket)
+{
+    pthread_mutex_lock(&h->lock);
+    bool done = h->answered >= ticket;
+    pthread_mutex_unlock(&h->lock);
+    return done;
+}
+
+uint64_t history_asked(struct history *h)
+{
+    pthread_mutex_lock(&h->lock);
+    uint64_t asked = h->asked;
+    pthread_mutex_unlock(&h->lock);
+    return asked;
+}
+
+void history_answer(struct history *h, uint64_t ticket)
+{
+    pthread_mutex_lock(&h->lock);
+    bool news = ticket > h->answered;
+    if (news)
+        h->answered = ticket;
+    pthread_mutex_unlock(&h->lock);
+    if (news && h->wake != NULL)
+        h->wake(h->wake_arg);
 }
 
 uint64_t history_newest(struct history *h)

@@ -57,6 +57,28 @@ int history_publish(struct history *h, uint64_t synced);
  * revisions were moved on at a restore). */
 void history_start_after(struct history *h, uint64_t revision);
 
+/* For a copy of the events of a store that others write (the shared
+ * mode's, of the database's): drops every event kept, and the next one's
+ * revision follows `revision` (every revision up to it counts as no
+ * longer kept), then wakes the watchers. For a copy that found the
+ * events after its newest gone, or the store's revisions behind them. */
+void history_restart(struct history *h, uint64_t revision);
+
+/* A copy may lag its store: a revision above its newest may be the
+ * store's already. The writer marks the history so (before it is
+ * served); a reader that finds itself ahead then asks: history_ask()
+ * gives it a ticket (0 when the history is no copy: it is ahead), and
+ * once history_answered() says that a read of the store that began after
+ * the ticket was given was appended, a reader still ahead is ahead of
+ * the store. The writer takes history_asked() before a read of the
+ * store, and history_answer() with it once the read is appended (which
+ * wakes the watchers). */
+void history_set_copy(struct history *h);
+uint64_t history_ask(struct history *h);
+bool history_answered(struct history *h, uint64_t ticket);
+uint64_t history_asked(struct history *h);
+void history_answer(struct history *h, uint64_t ticket);
+
 /* The newest revision (0: none yet). */
 uint64_t history_newest(struct history *h);
 

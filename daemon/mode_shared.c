@@ -51,7 +51,8 @@
  * A Wait waits in the database's line of its session, one line for every
  * replica; the replica has one more connection, its listening one, that
  * keeps its waiters' places and hears of their grants (see "Waits"
- * below).
+ * below). The same connection keeps the replica's copy of the events
+ * Watch tells, which the database stores (see "Events" below).
  *
  * The database's clock decides expiry. Each batch also reads it, and each
  * slot compares its progress with the monotonic clock's between batches:
@@ -66,10 +67,12 @@
 
 #include "admin.h"
 #include "clock.h"
+#include "history.h"
 #include "log.h"
 #include "metrics.h"
 #include "mode.h"
 #include "nanotime.h"
+#include "pg_feed.h"
 #include "postgres.h"
 #include "rules.h"
 #include "sm.h"
@@ -86,6 +89,10 @@
 #define LINE_BUCKETS 4096
 #define LOOK_SLACK_NS INT64_C(1000000) /* after a lease's end, a look */
 #define LINE_RETRY_NS (BACKOFF_MIN_MS * INT64_C(1000000))
+#define EVENTS_MAX 1024 /* read at a time, and half the history at most */
+#define TELL_MS 250     /* while it has watchers, expiries told this often */
+#define TELL_MAX 1024
+#define COMPACT_MS 1000
 
 static_assert(PIPELINE <= PGSTORE_PIPELINE_MAX, "the store's pipeline");
 static_assert(MODE_MAX_CONNECTIONS <= UINT8_MAX, "inflight_on");
@@ -99,6 +106,7 @@ enum slot_state {
     SLOT_READY,      /* connected, the loop's: batches in flight or none */
     SLOT_ADMIN,      /* a job: an admin call */
     SLOT_COLLECTING, /* a job: garbage collection */
+    SLOT_EVENTS,     /* a job of the listening connection's: events */
     SLOT_NSTATES
 };
 
@@ -108,9 +116,10 @@ static const struct sm_conf slot_states[SLOT_NSTATES] = {
                          SM_TO(SLOT_READY) | SM_TO(SLOT_DOWN)},
     [SLOT_READY] = {"READY", SM_INITIAL,
                     SM_TO(SLOT_ADMIN) | SM_TO(SLOT_COLLECTING) |
-                        SM_TO(SLOT_DOWN)},
+                        SM_TO(SLOT_EVENTS) | SM_TO(SLOT_DOWN)},
     [SLOT_ADMIN] = {"ADMIN", 0, SM_TO(SLOT_READY)},
     [SLOT_COLLECTING] = {"COLLECTING", 0, SM_TO(SLOT_READY)},
+    [SLOT_EVENTS] = {"EVENTS", 0, SM_TO(SLOT_READY)},
 };
 
 struct replica;
@@ -179,6 +188,16 @@ struct replica {
     struct request *line[LINE_BUCKETS];
     size_t nline, njoined; /* in the table; of those, in a line for sure */
     int64_t look_due_ns;   /* the wake-up set (monotonic), 0 when none */
+    /* Events (see "Events" below): the copy (NULL: none kept), whether
+     * a read is due, and when to tell expiries, compact or try again;
+     * the listening connection's job: what it does, and what it read. */
+    struct history *history;
+    bool events_due;
+    int64_t next_tell_ms, next_compact_ms, events_retry_ms;
+    bool feed_tell, feed_compact;
+    uint64_t feed_after, feed_ticket, answered;
+    size_t feed_max;
+    struct feed feed;
 };
 
 static size_t slot_index(const struct slot *sl)
@@ -765,21 +784,132 @@ static void take_answers(struct slot *sl, bool read)
         lost(sl, NULL);
 }
 
-/* The listening connection's socket: grants, or the connection lost. */
+/* The listening connection is lost (sl->errmsg says why, during what):
+ * so are the places in line; it reconnects. */
+static void listener_down(struct replica *r, const char *what)
+{
+    struct slot *sl = &r->listener;
+    sl->err = STORE_EDOWN;
+    lose_places(r, "the replica lost its database connection, and with it "
+                   "the place in line");
+    disconnect(sl);
+    failed(sl, what); /* logged; the other connections left alone */
+}
+
+/* The listening connection's socket: grants and news of events, or the
+ * connection lost. */
 static void listener_poll(struct replica *r, int status)
 {
     struct slot *sl = &r->listener;
-    int rc = status < 0 ? STORE_EDOWN : pgstore_notified(sl->db, on_granted, r);
+    int rc = status < 0 ? STORE_EDOWN
+                        : pgstore_notified(sl->db, on_granted, r,
+                                           &r->events_due);
     if (rc == STORE_OK)
         return;
     snprintf(sl->errmsg, sizeof(sl->errmsg), "%s",
              status < 0 ? "the connection's socket failed"
                         : pgstore_errmsg(sl->db));
-    sl->err = STORE_EDOWN;
-    lose_places(r, "the replica lost its database connection, and with it "
-                   "the place in line");
-    disconnect(sl);
-    failed(sl, "listen"); /* logged; the other connections left alone */
+    listener_down(r, "listen");
+}
+
+/* --- Events: the replica's copy of the database's --------------------
+ *
+ * The database stores every change of owner as an event, with a revision
+ * in commit order (storage/pgsql.c, leased_record), and tells the
+ * listening connections that there are new ones. This replica's history
+ * (history.h) is a copy of the last of them, which Watch streams read as
+ * in the embedded mode: the listening connection reads what follows its
+ * newest in a job (pg_feed.h), when told of new ones, once connected
+ * again (it may have missed some), and when a watcher finds itself ahead
+ * of the copy (history_ask: the copy may be behind the database). So a
+ * change is told by every replica, with the same revision, a round trip
+ * after its commit.
+ *
+ * Expiries are nobody's call: while the replica has watchers, the same
+ * job tells them every TELL_MS (pgstore_tell; one replica at a time
+ * does), so each is told within TELL_MS, a tick and two round trips;
+ * collection tells the others before it deletes their rows. The job also
+ * deletes the events past the last --watch-history (COMPACT_MS).
+ */
+
+/* Whether the listening connection has events work: a read due, or
+ * expiries to tell, or events to delete. */
+static bool events_wanted(const struct replica *r)
+{
+    if (r->history == NULL || !ready(&r->listener) || r->base.draining)
+        return false;
+    int64_t now = nanotime_mono_ms();
+    if (now < r->events_retry_ms)
+        return false;
+    return r->events_due || now >= r->next_compact_ms ||
+           (atomic_load(&metrics.watch_streams) > 0 && now >= r->next_tell_ms);
+}
+
+static void start(struct slot *sl, enum slot_state job);
+
+static void start_events(struct replica *r)
+{
+    int64_t now = nanotime_mono_ms();
+    r->feed_tell =
+        atomic_load(&metrics.watch_streams) > 0 && now >= r->next_tell_ms;
+    if (r->feed_tell)
+        r->next_tell_ms = now + TELL_MS;
+    r->feed_compact = now >= r->next_compact_ms;
+    if (r->feed_compact)
+        r->next_compact_ms = now + COMPACT_MS;
+    r->events_due = false;
+    r->feed_after = history_newest(r->history);
+    r->feed_ticket = history_asked(r->history); /* answered by this read */
+    /* A burst of events goes in in pieces, a round trip apart, so that a
+     * watcher that keeps up is never passed by a single append. */
+    size_t half = history_capacity(r->history) / 2;
+    r->feed_max = half < 1 ? 1 : half > EVENTS_MAX ? EVENTS_MAX : half;
+    start(&r->listener, SLOT_EVENTS);
+}
+
+/* The job, on the worker. */
+static void run_events(struct slot *sl)
+{
+    struct replica *r = sl->r;
+    size_t told = 0;
+    sl->err = STORE_OK;
+    if (r->feed_tell)
+        sl->err = pgstore_tell(sl->db, TELL_MAX, &told);
+    if (sl->err == STORE_OK && r->feed_compact)
+        sl->err = pgstore_compact(sl->db, history_capacity(r->history));
+    if (sl->err == STORE_OK)
+        sl->err = pgstore_events(sl->db, r->feed_after, r->feed_max,
+                                 feed_add, &r->feed, &r->feed.top);
+}
+
+/* The job came back: what it read goes into the copy. */
+static void events_done(struct slot *sl)
+{
+    struct replica *r = sl->r;
+    sm_move(&sl->sm, SLOT_READY);
+    if (sl->err == STORE_OK &&
+        feed_apply(&r->feed, r->history, r->feed_after) != 0) {
+        sl->err = STORE_ENOMEM;
+        snprintf(sl->errmsg, sizeof(sl->errmsg),
+                 "out of memory for Watch's events");
+    }
+    bool more = r->feed.n == r->feed_max;
+    feed_clear(&r->feed);
+    if (sl->err == STORE_EDOWN) {
+        listener_down(r, "events");
+        return;
+    }
+    if (sl->err != STORE_OK) { /* the copy unchanged: again, later */
+        failed(sl, "events");
+        r->events_due = true;
+        r->events_retry_ms = nanotime_mono_ms() + BACKOFF_MAX_MS;
+        return;
+    }
+    r->answered = r->feed_ticket;
+    history_answer(r->history, r->feed_ticket);
+    r->events_due = r->events_due || more;
+    if (r->base.draining)
+        disconnect(sl); /* see shared_drain() */
 }
 
 static void on_poll(uv_poll_t *h, int status, int events)
@@ -866,6 +996,9 @@ static void run_job(uv_work_t *w)
         sl->err = pgstore_connect(sl->db, &sl->primary);
         if (sl->err == STORE_OK && sl == &sl->r->listener)
             sl->err = pgstore_listen(sl->db, &sl->listen_key, &sl->listen_pid);
+        break;
+    case SLOT_EVENTS:
+        run_events(sl);
         break;
     case SLOT_DOWN:
     case SLOT_READY:
@@ -956,6 +1089,7 @@ static void connect_done(struct slot *sl)
         }
         r->line_key = sl->listen_key;
         r->line_pid = sl->listen_pid;
+        r->events_due = true; /* it may have missed some */
         return;
     }
     log_info("database_connected", "connection=%zu", slot_index(sl) + 1);
@@ -982,6 +1116,9 @@ static void job_done(uv_work_t *w, int status)
     case SLOT_CONNECTING:
         connect_done(sl);
         break;
+    case SLOT_EVENTS:
+        events_done(sl);
+        break;
     case SLOT_DOWN:
     case SLOT_READY:
     case SLOT_NSTATES:
@@ -991,6 +1128,9 @@ static void job_done(uv_work_t *w, int status)
     if (ready(sl) && watch(sl, false) != 0)
         loop_failed(sl, STORE_EDOWN,
                     "cannot watch the connection's socket", "watch");
+    /* What the listening connection heard during the job. */
+    if (sl == &r->listener && ready(sl))
+        listener_poll(r, 0);
     after_event(r);
 }
 
@@ -1225,6 +1365,8 @@ static void process(struct replica *r)
         sm_state(&ls->sm) == SLOT_DOWN &&
         nanotime_mono_ms() >= ls->next_connect_ms)
         start(ls, SLOT_CONNECTING);
+    else if (events_wanted(r))
+        start_events(r);
     if (!serving(r))
         refuse_all(r); /* the connections just lost */
     /* With every pipeline full, a new call could only wait in the
@@ -1301,6 +1443,9 @@ static void on_tick(struct mode *m)
         if (ready(sl) && sl->nbatches > 0)
             take_answers(sl, true);
     }
+    /* A watcher ahead of the copy asked for a read. */
+    if (r->history != NULL && history_asked(r->history) > r->answered)
+        r->events_due = true;
     after_event(r);
 }
 
@@ -1322,6 +1467,7 @@ static void shared_drain(struct mode *m)
 static void shared_destroy(struct mode *m)
 {
     struct replica *r = (struct replica *)m;
+    feed_free(&r->feed);
     if (r->has_listener)
         pgstore_close(r->listener.db);
     for (size_t i = 0; i < r->nslots; i++) {
@@ -1376,6 +1522,7 @@ struct mode *mode_shared_create(uv_loop_t *loop, struct pgstore *const *dbs,
         r->has_listener = true;
         r->line_key = l->key;
         r->line_pid = l->pid;
+        r->history = hooks->history;
         slot_init(r, &r->listener, l->db);
     }
     update_serving(r);
@@ -1434,6 +1581,37 @@ int mode_shared_connect(const struct config *cfg, struct pgstore **dbs,
     return -1;
 }
 
+/* Fills history h, a copy (see "Events"), with the last events db holds,
+ * and serves it. Returns -1 with errmsg set when it cannot. */
+static int load_events(struct pgstore *db, struct history *h, char *errmsg,
+                       size_t len)
+{
+    struct feed f = {0};
+    uint64_t top = 0, keep = history_capacity(h);
+    int err = pgstore_events(db, 0, 0, feed_add, &f, &top);
+    uint64_t after = top > keep ? top - keep : 0;
+    history_restart(h, after);
+    while (err == STORE_OK) {
+        err = pgstore_events(db, after, EVENTS_MAX, feed_add, &f, &f.top);
+        if (err == STORE_OK && feed_apply(&f, h, after) != 0)
+            err = STORE_ENOMEM;
+        if (err != STORE_OK || f.n < EVENTS_MAX)
+            break;
+        after = f.evs[f.n - 1].revision;
+        feed_clear(&f);
+    }
+    feed_free(&f);
+    if (err != STORE_OK) {
+        snprintf(errmsg, len, "--postgres: %s",
+                 err == STORE_ENOMEM ? "out of memory for Watch's events"
+                                     : pgstore_errmsg(db));
+        return -1;
+    }
+    history_set_copy(h);
+    history_set_served(h);
+    return 0;
+}
+
 static int shared_open(uv_loop_t *loop, const struct config *cfg,
                        const struct mode_hooks *hooks, struct mode **out,
                        char *errmsg, size_t len)
@@ -1444,8 +1622,12 @@ static int shared_open(uv_loop_t *loop, const struct config *cfg,
     if (mode_shared_connect(cfg, dbs, n + 1, errmsg, len) != 0)
         return -1;
     struct mode_listener l = {.db = dbs[n]};
-    if (pgstore_listen(l.db, &l.key, &l.pid) != STORE_OK) {
+    int rc = pgstore_listen(l.db, &l.key, &l.pid) == STORE_OK ? 0 : -1;
+    if (rc != 0)
         snprintf(errmsg, len, "--postgres: %s", pgstore_errmsg(l.db));
+    else if (hooks->history != NULL) /* with the events it keeps (Watch) */
+        rc = load_events(l.db, hooks->history, errmsg, len);
+    if (rc != 0) {
         for (size_t i = 0; i <= n; i++)
             pgstore_close(dbs[i]);
         return -1;

@@ -104,6 +104,7 @@ struct watcher {
     struct watcher *next_same; /* its session's chain, or the prefixed */
     struct watcher *next_due;  /* woken (on_wake) */
     bool due;
+    uint64_t ask; /* ahead of a copy that may lag: its ticket (history.h) */
 };
 
 /* What each state promises: a call, and a body while a message may be
@@ -150,6 +151,7 @@ static void finish(struct watcher *c)
         p = &(*p)->next_same;
     *p = c->next_same;
     sm_move(&c->sm, W_DONE);
+    w->asking -= c->ask != 0;
     atomic_fetch_sub(&metrics.watch_streams, 1);
     grpc_byte_buffer_destroy(c->body);
     grpc_slice_unref(c->details);
@@ -245,6 +247,8 @@ static void update(struct watcher *c)
     char why[160];
     switch (rc) {
     case HISTORY_READ:
+        w->asking -= c->ask != 0;
+        c->ask = 0;
         break;
     case HISTORY_COMPACTED:
         snprintf(why, sizeof(why),
@@ -255,6 +259,12 @@ static void update(struct watcher *c)
         end(c, GRPC_STATUS_OUT_OF_RANGE, why, true, oldest);
         return;
     case HISTORY_AHEAD:
+        /* A copy that may lag its store: ahead for sure only once a read
+         * of the store begun since says so. */
+        if (c->ask == 0 && (c->ask = history_ask(w->history)) != 0)
+            w->asking++;
+        if (c->ask != 0 && !history_answered(w->history, c->ask))
+            return;
         snprintf(why, sizeof(why),
                  "revision %llu is ahead of this store's newest (%llu): "
                  "read the leases again and watch from 0",
@@ -405,6 +415,10 @@ static void on_wake(struct watches *w)
             update(c);
     }
     w->dispatched = newest;
+    for (struct watcher *c = w->list; w->asking > 0 && c != NULL;
+         c = c->next)
+        if (c->ask != 0 && !c->due)
+            update(c);
     for (struct watcher *c = k.due, *next; c != NULL; c = next) {
         next = c->next_due;
         c->due = false;

@@ -38,6 +38,7 @@ struct watches {
     struct watcher **by_session;
     struct watcher *prefixed;
     uint64_t dispatched;
+    size_t asking; /* streams ahead of a copy, waiting for its answer */
     /* The waker (see above), shared with the thread that appends. */
     pthread_mutex_t lock;
     grpc_call *waker; /* a ref of one Watch call's; NULL: none or drained */

@@ -178,6 +178,9 @@ enum store_err pgstore_raise_tokens(struct pgstore *p, uint64_t floor,
     if (err == STORE_OK)
         err = pg_roundtrip_exec(p, pgsql_lock_floor, what);
     char sql[256];
+    pgsql_format_move_revisions(sql, sizeof(sql), (unsigned long long)floor);
+    if (err == STORE_OK)
+        err = pg_roundtrip_exec(p, sql, what);
     pgsql_format_raise(sql, sizeof(sql), (unsigned long long)floor);
     if (err == STORE_OK) {
         if (!pg_roundtrip_send_sql(p, sql))

@@ -2,13 +2,15 @@
  * The PostgreSQL store's listening connection (see postgres.h,
  * "Listening"): the one connection of a replica that holds the advisory
  * lock its Waits' rows name, and hears of their grants on its channel
- * (leased_hand_over in pgsql.c sends them).
+ * (leased_give in pgsql.c sends them) and of new events on channel
+ * leased_events (leased_record).
  *
  * Not the lines themselves, which leased_decide keeps, nor what the
  * replica does with a grant (mode_shared.c).
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "pg_internal.h"
 #include "pg_params.h"
@@ -51,6 +53,8 @@ enum store_err pgstore_listen(struct pgstore *p, int32_t *key, int32_t *pid)
         snprintf(sql, sizeof(sql), "LISTEN leased_w%" PRId32 "_%" PRId32, k,
                  backend);
         err = pg_roundtrip_exec(p, sql, "listening");
+        if (err == STORE_OK)
+            err = pg_roundtrip_exec(p, "LISTEN leased_events", "listening");
         if (err != STORE_OK)
             return err;
         *key = k;
@@ -64,7 +68,7 @@ enum store_err pgstore_listen(struct pgstore *p, int32_t *key, int32_t *pid)
 int pgstore_notified(struct pgstore *p,
                      void (*granted)(void *arg, uint64_t call, uint64_t token,
                                      int64_t expiry_ns, unsigned flags),
-                     void *arg)
+                     void *arg, bool *events)
 {
     /* Left open for the caller, which watches its socket, to close. */
     if (p->conn == NULL || !PQconsumeInput(p->conn) ||
@@ -80,10 +84,12 @@ int pgstore_notified(struct pgstore *p,
         long long expiry;
         unsigned flags;
         char end;
-        /* leased_hand_over's "call token expiry flags"; anything else
-         * is no grant of ours. */
-        if (sscanf(n->extra, "%llu %llu %lld %u%c", &call, &token, &expiry,
-                   &flags, &end) == 4)
+        /* leased_give's "call token expiry flags"; anything else on
+         * another channel is no grant of ours. */
+        if (strcmp(n->relname, "leased_events") == 0)
+            *events = true;
+        else if (sscanf(n->extra, "%llu %llu %lld %u%c", &call, &token,
+                        &expiry, &flags, &end) == 4)
             granted(arg, call, token, expiry, flags);
         PQfreemem(n);
     }

@@ -2,12 +2,13 @@
  * The SQL of the PostgreSQL store (see pgsql.h), which the storage/pg_*.c
  * files run.
  *
- * Schema (leased_meta 'schema_version' = 6):
+ * Schema (leased_meta 'schema_version' = 7):
  *   leased_leases(session bytea PRIMARY KEY, owner bytea, token bigint,
- *                 expiry_ns bigint, generation bigint)
+ *                 expiry_ns bigint, generation bigint, told boolean)
  *     owner '' means released; expiry_ns is the database's clock, ns since
  *     the epoch; generation is the primary generation (below) of the
- *     row's last takeover.
+ *     row's last takeover; told: its expiry was told as an event (reset
+ *     by its next change).
  *   leased_waiters(id bigserial PRIMARY KEY, session bytea, owner bytea,
  *                  lk int, lp int, call bigint)
  *     the lines of Wait calls: per session, in id order, first come
@@ -17,10 +18,17 @@
  *     "leased_w<lk>_<lp>" (unique: no two sessions hold one lock), so a
  *     waiter whose replica is gone (its connection closed, the lock with
  *     it) is skipped and deleted, never granted.
+ *   leased_events(revision bigint PRIMARY KEY, session bytea, kind int,
+ *                 owner bytea, token bigint, expiry_ns bigint)
+ *     the changes of owner Watch tells (kind: storage/store.h's enum
+ *     store_event_kind; the lease that began, or the one that ended), the
+ *     last --watch-history of them; revisions from 'revision' below, in
+ *     commit order.
  *   leased_meta(key text PRIMARY KEY, value bigint)
  *     'ttl_ns': the TTL every replica must use;
  *     'token_floor': the highest token of every row ever deleted; a new
  *     row starts above it, so collecting rows never lowers a token;
+ *     'revision': the newest event's revision;
  *     'primary_started_us': the start of the database server the last
  *     connection saw (pg_postmaster_start_time());
  *     'generation': how many times that changed (a failover, a restart);
@@ -219,23 +227,69 @@ static const char leased_end[] =
     "$$ SELECT CASE WHEN q THEN greatest(expiry_ns, qend) "
     "ELSE expiry_ns END $$";
 
+/* The events of a change (op, flags as leased_rule answered them) of
+ * sess's row, from (ro, rt, re) to (no, nt, ne), in leased_events' shape
+ * with no revision yet (leased_record gives them theirs): a takeover is
+ * GRANTED (1), after EXPIRED (3) when it replaced a holder whose expiry
+ * was not told yet; a release RELEASED (2), a revoke REVOKED (4); a
+ * renewal after a told expiry (a reclaim) GRANTED again. Anything else
+ * (a renewal, its owner's Acquire) is no event. */
+static const char leased_said[] =
+    "CREATE OR REPLACE FUNCTION leased_said(op int, flags int, told boolean,"
+    " s bytea, ro bytea, rt bigint, re bigint, no bytea, nt bigint, "
+    " ne bigint) RETURNS leased_events[] LANGUAGE sql IMMUTABLE AS $$ "
+    "SELECT CASE WHEN flags & 1 = 1 THEN CASE WHEN flags & 2 = 2 "
+    " AND NOT told THEN ARRAY[ROW(0, s, 3, ro, rt, re)::leased_events, "
+    " ROW(0, s, 1, no, nt, ne)::leased_events] "
+    " ELSE ARRAY[ROW(0, s, 1, no, nt, ne)::leased_events] END "
+    "WHEN op IN (3, 4) THEN ARRAY[ROW(0, s, CASE op WHEN 3 THEN 2 "
+    " ELSE 4 END, ro, rt, re)::leased_events] "
+    "WHEN flags & 4 = 4 AND told THEN "
+    " ARRAY[ROW(0, s, 1, no, nt, ne)::leased_events] "
+    "ELSE '{}'::leased_events[] END $$";
+
+/* Gives the events evs their revisions, the next ones of the counter
+ * (leased_meta 'revision'), and stores them; the replicas are told on
+ * channel leased_events, with the newest, once this transaction commits.
+ * The counter's row stays locked until then, so revisions are in commit
+ * order across replicas, without a gap: every caller takes it after the
+ * rows it changes (never before one), so none deadlocks. */
+static const char leased_record[] =
+    "CREATE OR REPLACE FUNCTION leased_record(evs leased_events[]) "
+    "RETURNS void LANGUAGE plpgsql AS $$ "
+    "DECLARE n int := coalesce(cardinality(evs), 0); top bigint; "
+    "BEGIN "
+    " IF n = 0 THEN RETURN; END IF; "
+    " UPDATE leased_meta SET value = value + n WHERE key = 'revision' "
+    "  RETURNING value INTO top; "
+    " IF top IS NULL THEN "
+    "  RAISE EXCEPTION 'leased_record: no revision counter'; "
+    " END IF; "
+    " INSERT INTO leased_events SELECT top - n + e.k, e.session, e.kind, "
+    "  e.owner, e.token, e.expiry_ns FROM unnest(evs) WITH ORDINALITY "
+    "  AS e(revision, session, kind, owner, token, expiry_ns, k); "
+    " PERFORM pg_notify('leased_events', top::text); "
+    "END $$";
+
 /* The lease of sess (locked by the caller) ended: the first in its line
  * whose replica is there takes it, as its Acquire would (leased_rule),
  * and its replica is told on channel leased_w<lk>_<lp>, with "call token
  * expiry flags", once this transaction commits. Waiters whose replica is
- * gone are deleted on the way. Returns whether the line had anyone. */
-static const char leased_hand_over[] =
-    "CREATE OR REPLACE FUNCTION leased_hand_over(sess bytea, ttl bigint, "
-    " gen bigint, qend bigint) RETURNS boolean LANGUAGE plpgsql AS $$ "
+ * gone are deleted on the way. lined: whether the line had anyone; evs:
+ * the events of the grant (leased_said). */
+static const char leased_give[] =
+    "CREATE OR REPLACE FUNCTION leased_give(sess bytea, ttl bigint, "
+    " gen bigint, qend bigint, OUT lined boolean, OUT evs leased_events[]) "
+    "LANGUAGE plpgsql AS $$ "
     "DECLARE r leased_leases; w leased_waiters; now_ns bigint; d record; "
-    " found_any boolean := false; "
     "BEGIN "
+    " lined := false; evs := '{}'; "
     " SELECT * INTO r FROM leased_leases WHERE session = sess; "
     " LOOP "
     "  SELECT * INTO w FROM leased_waiters WHERE session = sess "
     "   ORDER BY id LIMIT 1; "
-    "  IF NOT FOUND THEN RETURN found_any; END IF; "
-    "  found_any := true; "
+    "  IF NOT FOUND THEN RETURN; END IF; "
+    "  lined := true; "
     "  DELETE FROM leased_waiters WHERE id = w.id; "
     "  CONTINUE WHEN NOT leased_listening(w.lk, w.lp); "
     "  now_ns := leased_now(); "
@@ -243,13 +297,88 @@ static const char leased_hand_over[] =
     "   leased_quarantined(r.generation, gen, qend, now_ns), w.owner, 0, "
     "   now_ns, ttl); "
     "  IF d.code <> 0 OR d.flags & 1 = 0 THEN "
-    "   RAISE EXCEPTION 'leased_hand_over: the lease is live'; "
+    "   RAISE EXCEPTION 'leased_give: the lease is live'; "
     "  END IF; "
     "  UPDATE leased_leases SET owner = d.owner, token = d.tok, "
-    "   expiry_ns = d.exp, generation = gen WHERE session = sess; "
+    "   expiry_ns = d.exp, generation = gen, told = false "
+    "   WHERE session = sess; "
+    "  evs := leased_said(1, d.flags, r.told, sess, r.owner, r.token, "
+    "   r.expiry_ns, d.owner, d.tok, d.exp); "
     "  PERFORM pg_notify('leased_w' || w.lk || '_' || w.lp, w.call || "
     "   ' ' || d.tok || ' ' || d.exp || ' ' || d.flags); "
-    "  RETURN true; "
+    "  RETURN; "
+    " END LOOP; "
+    "END $$";
+
+/* One call of a batch on the general path (see leased_decide): op on
+ * sess for owner ow, token tk, with the generation and quarantine the
+ * batch read: the call's answer, and the events of what it changed. */
+static const char leased_general[] =
+    "CREATE OR REPLACE FUNCTION leased_general(op int, sess bytea, "
+    " ow bytea, tk bigint, ttl bigint, wk int, wp int, gen bigint, "
+    " qend bigint, OUT code int, OUT tok bigint, OUT exp bigint, "
+    " OUT flags int, OUT now_ns bigint, OUT evs leased_events[]) "
+    "LANGUAGE plpgsql AS $$ "
+    "DECLARE r leased_leases; had boolean; d record; q boolean; g record; "
+    "BEGIN "
+    " flags := 0; evs := '{}'; "
+    " LOOP "
+    "  SELECT * INTO r FROM leased_leases WHERE session = sess FOR UPDATE; "
+    "  had := FOUND; "
+    "  now_ns := leased_now(); "
+    "  q := had AND leased_quarantined(r.generation, gen, qend, now_ns); "
+    /* A Wait's call ended: it leaves the line. */
+    "  IF op = 7 THEN code := leased_leave(sess, wk, wp, tk); RETURN; "
+    "  END IF; "
+    /* A lease that ended goes to the first in line before any call but
+     * a release can take it, or its holder reclaim it. */
+    "  IF had AND op <> 3 "
+    "   AND NOT leased_is_live(r.owner, r.expiry_ns, q, now_ns) THEN "
+    "   g := leased_give(sess, ttl, gen, qend); evs := evs || g.evs; "
+    "   CONTINUE WHEN g.lined; "
+    "  END IF; "
+    /* A Wait in line looks again. */
+    "  IF op = 6 THEN "
+    "   d := leased_look(sess, wk, wp, tk, "
+    "    coalesce(leased_end(r.expiry_ns, q, qend), now_ns + ttl)); "
+    "   code := d.code; exp := d.exp; RETURN; "
+    "  END IF; "
+    /* A new row starts above the floor: leased_rule adds the 1. */
+    "  IF NOT had AND op IN (1, 5) THEN "
+    "   SELECT value INTO r.token FROM leased_meta "
+    "    WHERE key = 'token_floor'; "
+    "  END IF; "
+    /* A Wait is decided as an Acquire... */
+    "  d := leased_rule(CASE op WHEN 5 THEN 1 ELSE op END, had, "
+    "   r.owner, r.token, r.expiry_ns, q, ow, tk, now_ns, ttl); "
+    "  code := d.code; flags := d.flags; "
+    /* ...but, refused because another holds the lease, joins the line,
+     * with when the lease may end. */
+    "  IF code = 1 AND op = 5 THEN "
+    "   PERFORM leased_join(sess, ow, wk, wp, tk); "
+    "   code := 5; exp := leased_end(r.expiry_ns, q, qend); RETURN; "
+    "  END IF; "
+    "  IF code <> 0 THEN RETURN; END IF; "
+    "  tok := d.tok; exp := d.exp; "
+    /* A takeover stamps the row with this primary's generation. */
+    "  IF had THEN "
+    "   UPDATE leased_leases SET owner = d.owner, token = d.tok, "
+    "    expiry_ns = d.exp, told = false, generation = CASE "
+    "    WHEN d.flags & 1 = 1 THEN gen ELSE generation END "
+    "    WHERE session = sess; "
+    "  ELSE "
+    "   INSERT INTO leased_leases VALUES (sess, d.owner, d.tok, d.exp, gen)"
+    "    ON CONFLICT (session) DO NOTHING; "
+    /* Another replica inserted it meanwhile: decide on its row. */
+    "   CONTINUE WHEN NOT FOUND; "
+    "  END IF; "
+    "  evs := evs || leased_said(op, flags, had AND r.told, sess, r.owner, "
+    "   r.token, r.expiry_ns, d.owner, d.tok, d.exp); "
+    /* A release hands the lease to the first in line. */
+    "  IF op = 3 THEN "
+    "   evs := evs || (leased_give(sess, ttl, gen, qend)).evs; "
+    "  END IF; "
+    "  RETURN; "
     " END LOOP; "
     "END $$";
 
@@ -268,8 +397,12 @@ static const char leased_hand_over[] =
  * quarantine's end); 6 looks again (code 5 and exp while in line, 6 once
  * not: it was granted, and told on its channel); 7 leaves (3, or 6 when
  * no longer in line). A lease that ended, with a line, goes to the first
- * in line before any other call decides on it (leased_hand_over), and a
+ * in line before any other call decides on it (leased_give), and a
  * release hands it over at once.
+ *
+ * Every change of owner is an event for Watch (leased_said), stored with
+ * the next revisions once the batch's calls are decided (leased_record),
+ * so that the counter is the last lock the batch takes.
  *
  * A renewal of a live lease by its holder, the common call, takes the
  * short path. Consecutive renewals, each the first call of its session
@@ -286,8 +419,9 @@ static const char leased_hand_over[] =
  * refused then and there. So every row is locked at its place in session
  * order, and two batches never deadlock.
  *
- * The general path locks and reads the row, asks leased_rule, and
- * writes what it answered: the rules are in leased_rule alone.
+ * The general path (leased_general, a call each) locks and reads the
+ * row, asks leased_rule, and writes what it answered: the rules are in
+ * leased_rule alone.
  *
  * The generation and the quarantine are read at most once, by the first
  * call that needs them: they change only when a connection finds a new
@@ -301,7 +435,7 @@ static const char leased_decide[] =
     " OUT tok bigint, OUT exp bigint, OUT flags int, OUT now_ns bigint) "
     "RETURNS SETOF record LANGUAGE plpgsql "
     "SET enable_seqscan = off SET enable_bitmapscan = off AS $$ "
-    "DECLARE r leased_leases; had boolean; d record; q boolean; "
+    "DECLARE g record; evs leased_events[] := '{}'; "
     " gen bigint; qend bigint; n int := cardinality(op); "
     " j int; run_end int := 0; run_now bigint; u record; "
     " rcode int[]; rtok bigint[]; rexp bigint[]; "
@@ -361,62 +495,13 @@ static const char leased_decide[] =
     "   SELECT value INTO qend FROM leased_meta "
     "    WHERE key = 'quarantine_end_ns'; "
     "  END IF; "
-    "  <<one>> LOOP "
-    "   SELECT * INTO r FROM leased_leases WHERE session = s[i] FOR UPDATE; "
-    "   had := FOUND; "
-    "   now_ns := leased_now(); "
-    "   q := had AND leased_quarantined(r.generation, gen, qend, now_ns); "
-    /* A Wait's call ended: it leaves the line. */
-    "   IF op[i] = 7 THEN code := leased_leave(s[i], wk, wp, t[i]); "
-    "    EXIT one; END IF; "
-    /* A lease that ended goes to the first in line before any call but
-     * a release can take it, or its holder reclaim it. */
-    "   IF had AND op[i] <> 3 "
-    "    AND NOT leased_is_live(r.owner, r.expiry_ns, q, now_ns) "
-    "    AND leased_hand_over(s[i], ttl, gen, qend) THEN CONTINUE one; "
-    "   END IF; "
-    /* A Wait in line looks again. */
-    "   IF op[i] = 6 THEN "
-    "    d := leased_look(s[i], wk, wp, t[i], "
-    "     coalesce(leased_end(r.expiry_ns, q, qend), now_ns + ttl)); "
-    "    code := d.code; exp := d.exp; EXIT one; "
-    "   END IF; "
-    /* A new row starts above the floor: leased_rule adds the 1. */
-    "   IF NOT had AND op[i] IN (1, 5) THEN "
-    "    SELECT value INTO r.token FROM leased_meta "
-    "     WHERE key = 'token_floor'; "
-    "   END IF; "
-    /* A Wait is decided as an Acquire... */
-    "   d := leased_rule(CASE op[i] WHEN 5 THEN 1 ELSE op[i] END, had, "
-    "    r.owner, r.token, r.expiry_ns, q, o[i], t[i], now_ns, ttl); "
-    "   code := d.code; flags := d.flags; "
-    /* ...but, refused because another holds the lease, joins the line,
-     * with when the lease may end. */
-    "   IF code = 1 AND op[i] = 5 THEN "
-    "    PERFORM leased_join(s[i], o[i], wk, wp, t[i]); "
-    "    code := 5; exp := leased_end(r.expiry_ns, q, qend); EXIT one; "
-    "   END IF; "
-    "   IF code <> 0 THEN EXIT one; END IF; "
-    "   tok := d.tok; exp := d.exp; "
-    /* A takeover stamps the row with this primary's generation; a
-     * release hands the lease to the first in line. */
-    "   IF had THEN "
-    "    UPDATE leased_leases SET owner = d.owner, token = d.tok, "
-    "     expiry_ns = d.exp, generation = CASE WHEN d.flags & 1 = 1 "
-    "     THEN gen ELSE generation END WHERE session = s[i]; "
-    "    IF op[i] = 3 THEN "
-    "     PERFORM leased_hand_over(s[i], ttl, gen, qend); "
-    "    END IF; "
-    "    EXIT one; "
-    "   END IF; "
-    "   INSERT INTO leased_leases VALUES (s[i], d.owner, d.tok, d.exp, gen) "
-    "    ON CONFLICT (session) DO NOTHING; "
-    "   IF FOUND THEN EXIT one; END IF; "
-    /* Another replica inserted it meanwhile: decide on its row. */
-    "   CONTINUE one; "
-    "  END LOOP; "
+    "  g := leased_general(op[i], s[i], o[i], t[i], ttl, wk, wp, gen, "
+    "   qend); "
+    "  code := g.code; tok := g.tok; exp := g.exp; flags := g.flags; "
+    "  now_ns := g.now_ns; evs := evs || g.evs; "
     "  RETURN NEXT; "
     " END LOOP; "
+    " PERFORM leased_record(evs); "
     "END $$";
 
 /* The batch of versions 2 to 5, which their replicas still call during
@@ -431,8 +516,8 @@ static const char leased_decide_5[] =
 /* An operator's Revoke (core/rules.h) of sess: the held row, locked,
  * and whether it was released (tk: its token, or 0 for any); no row
  * when nobody holds the session. It ends a lease as a Release does
- * (owner '', token and expiry kept), and hands it to the first in
- * line. */
+ * (owner '', token and expiry kept), hands it to the first in line, and
+ * stores the events (REVOKED, and the grant). */
 static const char leased_revoke[] =
     "CREATE OR REPLACE FUNCTION leased_revoke(sess bytea, tk bigint, "
     " ttl bigint, OUT o bytea, OUT tok bigint, OUT exp bigint, "
@@ -445,16 +530,43 @@ static const char leased_revoke[] =
     " o := r.owner; tok := r.token; exp := r.expiry_ns; "
     " revoked := tk = 0 OR r.token = tk; "
     " IF revoked THEN "
-    "  UPDATE leased_leases l SET owner = '' WHERE l.session = sess; "
-    "  PERFORM leased_hand_over(sess, ttl, "
+    "  UPDATE leased_leases l SET owner = '', told = false "
+    "   WHERE l.session = sess; "
+    "  PERFORM leased_record(leased_said(4, 0, r.told, sess, r.owner, "
+    "   r.token, r.expiry_ns, NULL, NULL, NULL) || (leased_give(sess, ttl, "
     "   leased_meta_value('generation'), "
-    "   leased_meta_value('quarantine_end_ns')); "
+    "   leased_meta_value('quarantine_end_ns'))).evs); "
     " END IF; "
     " RETURN NEXT; "
     "END $$";
 
+/* Expiries told as they happen: up to lim held leases past their expiry
+ * (and any quarantine) whose expiry was not told, marked told and stored
+ * as EXPIRED events, oldest expiry first; rows a batch has locked are
+ * left for the next time. One teller at a time (the others return 0 at
+ * once). Returns how many it told. */
+static const char leased_tell[] =
+    "CREATE OR REPLACE FUNCTION leased_tell(lim int) RETURNS bigint "
+    "LANGUAGE plpgsql AS $$ "
+    "DECLARE now_ns bigint := leased_now(); evs leased_events[]; "
+    "BEGIN "
+    " IF NOT pg_try_advisory_xact_lock(1818583411, 4) THEN RETURN 0; "
+    " END IF; "
+    " WITH t AS (UPDATE leased_leases l SET told = true WHERE session IN ("
+    "   SELECT session FROM leased_leases x WHERE x.owner <> '' "
+    "   AND NOT x.told AND NOT leased_live(x, now_ns) "
+    "   ORDER BY x.expiry_ns LIMIT lim FOR UPDATE SKIP LOCKED) "
+    "  RETURNING l.session, l.owner, l.token, l.expiry_ns) "
+    " SELECT array_agg(ROW(0, t.session, 3, t.owner, t.token, t.expiry_ns)"
+    "  ::leased_events ORDER BY t.expiry_ns, t.session) INTO evs FROM t; "
+    " PERFORM leased_record(evs); "
+    " RETURN coalesce(cardinality(evs), 0); "
+    "END $$";
+
 /* Rows expired or released for longer than a TTL, not quarantined, with
- * no line, and not locked by a batch; and the waiters whose replica is
+ * no line, not locked by a batch, and released or told expired (a
+ * collection tells first: leased_tell, once no batch holds the floor
+ * lock, as no batch may wait for the counter it then holds); and the waiters whose replica is
  * gone, but those a revoke's hand-over has locked (it may wait for one
  * of this collection's: never the other way round). One collector at a
  * time. */
@@ -471,13 +583,17 @@ static const char leased_collect[] =
     "   SELECT 1 FROM leased_waiters w "
     "   WHERE NOT leased_listening(w.lk, w.lp))) THEN RETURN; END IF; "
     " PERFORM pg_advisory_xact_lock(1818583411, 2); "
+    /* With no batch left holding the floor lock, none waits for the
+     * counter the telling takes. */
+    " PERFORM leased_tell(lim); "
     " DELETE FROM leased_waiters WHERE id IN (SELECT id "
     "  FROM leased_waiters w WHERE NOT leased_listening(w.lk, w.lp) "
     "  LIMIT lim FOR UPDATE SKIP LOCKED); "
     " now_ns := leased_now(); "
     " WITH gone AS (DELETE FROM leased_leases WHERE session IN ("
     "   SELECT session FROM leased_leases l WHERE l.expiry_ns < now_ns - ttl"
-    "   AND NOT leased_live(l, now_ns) AND NOT EXISTS (SELECT 1 "
+    "   AND (l.owner = '' OR l.told) AND NOT leased_live(l, now_ns) "
+    "   AND NOT EXISTS (SELECT 1 "
     "   FROM leased_waiters w WHERE w.session = l.session) "
     "   LIMIT lim FOR UPDATE SKIP LOCKED) "
     "  RETURNING token, owner) "
@@ -502,6 +618,22 @@ static const char leased_waiters_line[] =
     "CREATE INDEX IF NOT EXISTS leased_waiters_line "
     "ON leased_waiters (session, id)";
 
+/* What Watch tells (see the top). */
+static const char leased_events_table[] =
+    "CREATE TABLE IF NOT EXISTS leased_events ("
+    " revision bigint PRIMARY KEY,"
+    " session bytea NOT NULL,"
+    " kind int NOT NULL,"
+    " owner bytea NOT NULL,"
+    " token bigint NOT NULL,"
+    " expiry_ns bigint NOT NULL)";
+static const char leased_told_column[] =
+    "ALTER TABLE leased_leases ADD COLUMN IF NOT EXISTS "
+    "told boolean NOT NULL DEFAULT false";
+static const char leased_revision_counter[] =
+    "INSERT INTO leased_meta VALUES ('revision', 0) "
+    "ON CONFLICT (key) DO NOTHING";
+
 /* Created once, in this order, in one transaction under the schema lock.
  * Each entry is one statement (pipeline mode sends no scripts). */
 const char *const pgsql_schema[] = {
@@ -512,8 +644,11 @@ const char *const pgsql_schema[] = {
     " expiry_ns bigint NOT NULL,"
     " generation bigint NOT NULL)",
 
+    leased_told_column,
     leased_waiters_table,
     leased_waiters_line,
+    leased_events_table,
+    leased_revision_counter,
 
     "CREATE FUNCTION leased_now() RETURNS bigint LANGUAGE sql VOLATILE AS "
     "$$ SELECT (extract(epoch FROM clock_timestamp()) * 1000000000)"
@@ -537,11 +672,15 @@ const char *const pgsql_schema[] = {
     leased_join,
     leased_leave,
     leased_end,
-    leased_hand_over,
+    leased_said,
+    leased_record,
+    leased_give,
+    leased_general,
     leased_decide,
 
     leased_decide_5,
     leased_revoke,
+    leased_tell,
     leased_collect,
 };
 
@@ -558,13 +697,37 @@ const size_t pgsql_schema_count = sizeof(pgsql_schema) / sizeof(*pgsql_schema);
  * which leased_live now uses too (the same answers). Version 6 added the
  * lines of Waits: leased_decide takes two more arguments (the version of
  * five calls it), a release or revoke hands the lease over, and
- * collection keeps rows with a line. */
+ * collection keeps rows with a line. Version 7 added the events of
+ * Watch: the table, its counter, the told column, and the functions
+ * that write them (leased_give in place of leased_hand_over). */
 const char *const pgsql_upgrade[] = {
-    leased_waiters_table, leased_waiters_line, leased_expired,   leased_is_live,
-    leased_quarantined,   leased_holds,        leased_extend,    leased_live,
-    leased_rule,          leased_listening,    leased_look,      leased_join,
-    leased_leave,         leased_end,          leased_hand_over, leased_decide,
-    leased_decide_5,      leased_revoke,       leased_collect,
+    leased_told_column,
+    leased_waiters_table,
+    leased_waiters_line,
+    leased_events_table,
+    leased_revision_counter,
+    leased_expired,
+    leased_is_live,
+    leased_quarantined,
+    leased_holds,
+    leased_extend,
+    leased_live,
+    leased_rule,
+    leased_listening,
+    leased_look,
+    leased_join,
+    leased_leave,
+    leased_end,
+    leased_said,
+    leased_record,
+    leased_give,
+    leased_general,
+    leased_decide,
+    leased_decide_5,
+    leased_revoke,
+    leased_tell,
+    leased_collect,
+    "DROP FUNCTION IF EXISTS leased_hand_over(bytea, bigint, bigint, bigint)",
 };
 const size_t pgsql_upgrade_count =
     sizeof(pgsql_upgrade) / sizeof(*pgsql_upgrade);
@@ -599,6 +762,18 @@ const char *const pgsql_stmt[PGSQL_COUNT] = {
     /* $3: the TTL, for a hand-over (leased_revoke). */
     [PGSQL_REVOKE] = "SELECT * FROM leased_revoke($1::bytea, $2::bigint, "
                      "$3::bigint)",
+    /* The counter, then up to $2 events after revision $1 (none: one row
+     * of the counter alone). */
+    [PGSQL_EVENTS] =
+        "SELECT m.value, e.revision, e.session, e.kind, e.owner, e.token, "
+        "e.expiry_ns FROM leased_meta m LEFT JOIN LATERAL (SELECT * "
+        "FROM leased_events WHERE revision > $1::bigint ORDER BY revision "
+        "LIMIT $2::bigint) e ON true WHERE m.key = 'revision' "
+        "ORDER BY e.revision",
+    [PGSQL_TELL] = "SELECT leased_tell($1::int)",
+    /* Only the last $1 revisions stay. */
+    [PGSQL_COMPACT] = "DELETE FROM leased_events WHERE revision <= "
+                      "leased_meta_value('revision') - $1::bigint",
 };
 
 /* --- The one-off statements of the blocking calls (see pgsql.h) ------- */
@@ -690,6 +865,17 @@ void pgsql_format_floor(char *sql, size_t len, unsigned long long floor,
              "WHERE key IN ('token_floor', 'generation', "
              "'quarantine_end_ns')",
              floor, quarantine_ns);
+}
+
+void pgsql_format_move_revisions(char *sql, size_t len,
+                                 unsigned long long floor)
+{
+    snprintf(sql, len,
+             "WITH moved AS (UPDATE leased_meta SET value = value + %lld "
+             "WHERE key = 'revision' AND leased_meta_value('token_floor') "
+             "< %llu RETURNING 1) DELETE FROM leased_events "
+             "WHERE EXISTS (SELECT 1 FROM moved)",
+             (long long)PGSQL_REVISION_MOVE, floor);
 }
 
 void pgsql_format_raise(char *sql, size_t len, unsigned long long floor)

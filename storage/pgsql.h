@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-#define PGSQL_SCHEMA_VERSION 6
+#define PGSQL_SCHEMA_VERSION 7
 
 /* The schema, one statement each, created in this order in one
  * transaction. */
@@ -31,6 +31,9 @@ enum pgsql_stmt {
     PGSQL_STATS,
     PGSQL_COLLECT,
     PGSQL_REVOKE,
+    PGSQL_EVENTS,
+    PGSQL_TELL,
+    PGSQL_COMPACT,
     PGSQL_COUNT,
 };
 
@@ -90,6 +93,15 @@ void pgsql_format_floor(char *sql, size_t len, unsigned long long floor,
                         long long quarantine_ns);
 
 /* Raises every token below floor to floor. */
+/* At a restore, before the floor is raised: when the stored floor is
+ * below floor (a restore, not the same flag again), the events are
+ * deleted and the revision counter moved on by PGSQL_REVISION_MOVE: the
+ * backup's revisions may have gone to other changes since it was taken,
+ * and a watcher that saw them must read again. */
+#define PGSQL_REVISION_MOVE 1000000000
+void pgsql_format_move_revisions(char *sql, size_t len,
+                                 unsigned long long floor);
+
 void pgsql_format_raise(char *sql, size_t len, unsigned long long floor);
 
 #endif

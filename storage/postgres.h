@@ -23,6 +23,7 @@
 
 #include "engine.h"
 #include "rules.h"
+#include "store.h"
 #include "store_err.h"
 
 struct pgstore_options {
@@ -214,7 +215,9 @@ enum store_err pgstore_import(struct pgstore *p, const struct lease_row *rows,
  * quarantine of TTL + maximum skew during which the leases held in the
  * backup count as live, in one transaction that no batch overlaps. Every
  * token given from then on is above floor. *raised: rows whose token
- * was raised. */
+ * was raised. When the floor was below floor (a restore, not the same
+ * flag again), Watch's events are deleted and their revisions moved on
+ * (pgsql.h). */
 enum store_err pgstore_raise_tokens(struct pgstore *p, uint64_t floor,
                                     size_t *raised);
 
@@ -227,12 +230,37 @@ enum store_err pgstore_listen(struct pgstore *p, int32_t *key, int32_t *pid);
 
 /* Takes what the listening connection's socket has (call it when it is
  * readable) and calls granted(arg, call, token, expiry_ns, flags) for
- * each grant it heard of. STORE_OK, or STORE_EDOWN (the connection is
- * lost: so are the grants it had not heard of yet). */
+ * each grant it heard of; *events is set when new events were stored
+ * (see "Events"). STORE_OK, or STORE_EDOWN (the connection is lost: so
+ * are the grants it had not heard of yet). */
 int pgstore_notified(struct pgstore *p,
                      void (*granted)(void *arg, uint64_t call, uint64_t token,
                                      int64_t expiry_ns, unsigned flags),
-                     void *arg);
+                     void *arg, bool *events);
+
+/* --- Events: the changes Watch tells (blocking calls) -----------------
+ *
+ * Every change of owner is stored with the transaction that made it, as
+ * an event with the next revision (in commit order across replicas), and
+ * the listening connections hear that there are new ones. */
+
+/* Passes up to max events after revision `after` to ev_cb, in order
+ * (strings valid during the call only; a non-zero return stops it:
+ * STORE_ENOMEM), and the newest revision stored into *top (the events
+ * after `after` may have been deleted: the first one passed is then
+ * not after + 1). */
+enum store_err pgstore_events(struct pgstore *p, uint64_t after, size_t max,
+                              int (*ev_cb)(void *arg,
+                                           const struct store_event *ev),
+                              void *arg, uint64_t *top);
+
+/* Tells up to max expiries, as they happen: held leases past their
+ * expiry, not told yet, become EXPIRED events. One replica at a time
+ * tells; the others return at once, *told 0. */
+enum store_err pgstore_tell(struct pgstore *p, size_t max, size_t *told);
+
+/* Deletes the events but the last keep revisions. */
+enum store_err pgstore_compact(struct pgstore *p, uint64_t keep);
 
 /* The reason of the last error, for logs and replies. */
 const char *pgstore_errmsg(const struct pgstore *p);

@@ -113,6 +113,14 @@ def shared_postgres():
     return _postgres
 
 
+# A condition on pg_stat_activity: the backend is a replica's listening
+# connection, which holds advisory lock (key, its own pid) for as long as
+# it is open (storage/pg_listen.c).
+LISTENING = ("EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = "
+             "'advisory' AND l.granted AND l.pid = pg_stat_activity.pid "
+             "AND l.objid = l.pid::oid)")
+
+
 def fresh_database(server=None):
     """A new, empty database on server (shared_postgres() by default):
     its libpq conninfo."""

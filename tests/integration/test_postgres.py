@@ -32,7 +32,7 @@ from harness import Leased, expect_code, status_of  # noqa: E402
 OK = grpc.StatusCode.OK
 HELD = grpc.StatusCode.FAILED_PRECONDITION
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
-SCHEMA_VERSION = "6"  # storage/pgsql.h
+SCHEMA_VERSION = "7"  # storage/pgsql.h
 
 _names = 0
 
@@ -542,8 +542,8 @@ def test_a_call_waits_for_a_batch_in_flight_with_its_session():
         # listening one, which decides nothing.)
         pids = [int(p) for p in server.psql(
             "SELECT pid FROM pg_stat_activity WHERE datname = '%s' AND "
-            "application_name = 'leased' AND query NOT LIKE 'LISTEN%%' "
-            "ORDER BY backend_start" % name).split()]
+            "application_name = 'leased' AND NOT %s "
+            "ORDER BY backend_start" % (name, harness.LISTENING)).split()]
         assert len(pids) == 2, pids
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             os.kill(pids[0], signal.SIGSTOP)
@@ -1088,6 +1088,20 @@ def test_schema_of_version_5_is_upgraded_keeping_its_leases():
     assert got.splitlines() == ["0|7", "1|"], got
 
 
+def test_schema_of_version_6_is_upgraded_keeping_its_leases():
+    name = upgraded_keeping_leases(6)
+    # Version 7 stores the events of Watch: the upgraded database counts
+    # them from 1 (its one new lease), and its rows have the told column.
+    got = harness.shared_postgres().psql(
+        "SELECT revision, kind, convert_from(session, 'UTF8') "
+        "FROM leased_events; "
+        "SELECT value FROM leased_meta WHERE key = 'revision'; "
+        "SELECT count(*) FROM leased_leases WHERE NOT told; "
+        "SELECT to_regprocedure('leased_hand_over(bytea, bigint, bigint, "
+        "bigint)') IS NULL", dbname=name)
+    assert got.splitlines() == ["1|1|new", "1", "2", "t"], got
+
+
 # --- 4. Bad configuration ------------------------------------------------
 
 def test_bad_configuration_is_refused_clearly():
@@ -1192,7 +1206,7 @@ def test_a_role_with_table_rights_only_uses_a_made_schema():
     password = "Table-Rights-6620"
     server.add_role(role, password=password)
     server.psql("GRANT SELECT, INSERT, UPDATE, DELETE ON leased_leases, "
-                "leased_meta, leased_waiters TO %s;"
+                "leased_meta, leased_waiters, leased_events TO %s;"
                 "GRANT USAGE ON SEQUENCE leased_waiters_id_seq TO %s"
                 % (role, role), dbname=name)
     with Leased(ttl="20s", postgres=server.conninfo(
@@ -1200,6 +1214,12 @@ def test_a_role_with_table_rights_only_uses_a_made_schema():
         c = d.client()
         expect_code(HELD, c.acquire, "made", "bob")
         assert c.acquire("new", "bob").token == 1
+        # Watch reads and writes the events with the same rights.
+        watch = c.changes(session="new", after=2)     # "made", "new"
+        assert next(watch).revision == 2
+        c.release(harness.pb.Lease(session_id="new", owner="bob", token=1))
+        assert [e.kind for e in next(watch).events] == [2]  # RELEASED
+        watch.cancel()
 
 
 # --- 5. The database stops ----------------------------------------------

@@ -381,7 +381,7 @@ def dead_replicas_waiter(broken=None):
         # gone with its connection, once the database saw it close.
         until("the dead replica's connections closed", lambda: psql(
             name, "SELECT count(*) FROM pg_stat_activity WHERE datname = "
-                  "current_database() AND query LIKE 'LISTEN%'") == "1")
+                  "current_database() AND " + harness.LISTENING) == "1")
         cb.release(held)
         until("the release handed over", lambda: cb.get("s").owner != "")
         got = cb.get("s")
@@ -456,7 +456,7 @@ def test_a_lost_listening_connection_answers_its_waiters():
         w2, = line_up(b, cb, "s", ["w2"])
         killed = psql(name, "SELECT pg_terminate_backend(pid) FROM "
                             "pg_stat_activity WHERE datname = current_"
-                            "database() AND query LIKE 'LISTEN%'")
+                            "database() AND " + harness.LISTENING)
         assert killed.splitlines() == ["t", "t"], killed
         expect_code(UNAVAILABLE, lost.result)
         expect_code(UNAVAILABLE, w2.result)

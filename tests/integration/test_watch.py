@@ -1,8 +1,10 @@
-"""leased.v1.Leases/Watch on the real daemon: every change of owner as an
-event with a revision, once durable; resuming from a revision across
-restarts and kill -9 with no gap and no duplicate, checked against the
-events the store holds; compaction's status; filters, bad input,
-policy, draining. A watcher's events are waited for, never slept for.
+"""leased.v1.Leases/Watch on the real daemon, in both modes: every change
+of owner as an event with a revision, once durable; resuming from a
+revision across restarts and kill -9 with no gap and no duplicate,
+checked against the events the store holds (SQLite's, or PostgreSQL's);
+compaction's status; filters, bad input, policy, draining; over
+PostgreSQL, the same revisions at every replica. A watcher's events are
+waited for, never slept for.
 """
 import os
 import json
@@ -92,8 +94,24 @@ def brief(events):
              e.lease.token) for e in events]
 
 
+POSTGRES = os.environ.get("LEASED_TEST_STORE") == "postgres"
+
+
+def psql(d, sql):
+    """Runs sql in d's PostgreSQL database: its rows."""
+    name = dict(kv.split("=", 1) for kv in d.postgres.split())["dbname"]
+    return harness.shared_postgres().psql(sql, dbname=name)
+
+
 def stored_events(d):
-    """What the store holds, as brief() says it (leased stopped)."""
+    """What the store holds, as brief() says it (leased stopped, or over
+    PostgreSQL any time)."""
+    if d.postgres is not None:
+        rows = psql(d, "SELECT revision, kind, convert_from(session, 'UTF8'),"
+                    " convert_from(owner, 'UTF8'), token FROM leased_events "
+                    "ORDER BY revision")
+        return [(int(r), KINDS[int(k)], s, o, int(t)) for r, k, s, o, t in
+                (line.split("|") for line in rows.splitlines())]
     db = sqlite3.connect(d.db_path)
     try:
         return [(r, KINDS[k], s, o, t) for r, k, s, o, t in db.execute(
@@ -229,8 +247,11 @@ def test_a_watcher_resumes_across_restarts_without_gap_or_duplicate():
                                      lease.token))
 
         def resume():
-            w = Watcher(d.client(), prefix="",
-                        after=seen[-1][0] if seen else 0)
+            """From the last revision seen (its first message may bring
+            what the last stream missed), or from now."""
+            if seen:
+                return Watcher(d.client(), prefix="", after=seen[-1][0])
+            w = Watcher(d.client(), prefix="")
             w.started()
             return w
 
@@ -280,15 +301,19 @@ def test_a_revision_no_longer_kept_ends_the_stream_out_of_range():
         err = w.ended()
         assert err.code() == OUT_OF_RANGE
         assert "ahead" in err.details(), err.details()
-        d.stop()
-        assert [e[0] for e in stored_events(d)] == [4, 5, 6]
+        if POSTGRES:  # the replica deletes the rest within a second
+            until("the events compacted", lambda: [
+                e[0] for e in stored_events(d)] == [4, 5, 6])
+        else:
+            d.stop()
+            assert [e[0] for e in stored_events(d)] == [4, 5, 6]
 
 
 def test_a_watcher_that_falls_behind_the_history_reads_again():
     """A stream is not a queue: one whose reader stopped reading is cut
     OUT_OF_RANGE once what it has not taken is no longer kept, rather
     than buffered without bound; a reader that keeps up is not."""
-    with Leased(ttl="20s", args=["--watch-history", "5"]) as d:
+    with Leased(ttl="20s", args=["--watch-history", "50"]) as d:
         c = d.client()
         keeps_up = Watcher(c, prefix="")
         keeps_up.started()
@@ -457,18 +482,187 @@ def test_the_election_recipe():
             assert p.wait(timeout=20) == 0, p.stderr.read()
 
 
-def test_watch_is_not_served_over_postgresql_yet():
+def replicas(ttl="20s"):
+    """Two replicas over one new database (not started)."""
+    conninfo = harness.fresh_database()
+    return (Leased(ttl=ttl, args=METRICS, postgres=conninfo),
+            Leased(ttl=ttl, args=METRICS, postgres=conninfo))
+
+
+def test_every_replica_serves_the_same_revisions():
+    """Changes made through two replicas at once: each replica's
+    watchers see every one of them, with the same revisions, in the
+    order the database committed them (its events table)."""
+    a, b = replicas()
+    with a, b:
+        wa, wb = Watcher(a.client(), prefix=""), Watcher(b.client(), prefix="")
+        wa.started()
+        wb.started()
+
+        def churn(d, who):
+            c = d.client()
+            for i in range(30):
+                c.release(c.acquire("%s%d" % (who, i % 3), who))
+
+        threads = [threading.Thread(target=churn, args=(d, who))
+                   for d, who in ((a, "A"), (b, "B"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        got = brief(wa.until_events(120))
+        assert brief(wb.until_events(120)) == got
+        assert [e[0] for e in got] == list(range(1, 121))
+        assert got == stored_events(a)
+        # Each session's changes alternate: a grant, then its release.
+        for s in ("A0", "A1", "A2", "B0", "B1", "B2"):
+            kinds = [e[1] for e in got if e[2] == s]
+            assert kinds == ["GRANTED", "RELEASED"] * 10, kinds
+        wa.cancel()
+        wb.cancel()
+
+
+def test_a_watcher_moves_to_another_replica_without_gap_or_duplicate():
+    """A watcher whose replica is killed resumes at the other one from
+    its last revision: together its streams are the database's events,
+    once each, with every answered change among them."""
+    a, b = replicas()
+    with a, b:
+        answered = []
+
+        def changes(d, prefix, n):
+            c = d.client()
+            for i in range(n):
+                lease = c.acquire("%s%d" % (prefix, i), "o")
+                c.release(lease)
+                answered.extend([("GRANTED", lease.session_id, lease.token),
+                                 ("RELEASED", lease.session_id, lease.token)])
+
+        w = Watcher(a.client(), prefix="")
+        w.started()
+        changes(b, "x", 5)
+        seen = brief(w.until_events(10))
+        changes(b, "y", 5)
+        a.kill9()
+        assert w.ended() is not None
+        seen += brief(w.events()[10:])
+        w = Watcher(b.client(), prefix="", after=seen[-1][0])
+        changes(b, "z", 5)
+        until("every event", lambda: len(seen) + len(w.events()) >= 30)
+        seen += brief(w.events())
+        w.cancel()
+        assert [e[0] for e in seen] == list(range(1, 31)), seen
+        assert seen == stored_events(b)
+        assert [(k, s, t) for _, k, s, _, t in seen] == answered
+
+
+def test_a_replica_behind_the_database_is_asked_before_ahead():
+    """A replica's copy of the events may be behind the database (here
+    its listening connection's backend is stopped, so it hears and reads
+    nothing): a watcher that asks for a revision above the copy's newest
+    waits for the copy to catch up, rather than being told it is ahead;
+    one truly ahead of the database is told."""
+    a, b = replicas()
+    with a, b:
+        ca = a.client()
+        ca.release(ca.acquire("s", "o"))              # revisions 1, 2
+        pids = [int(p) for p in psql(
+            a, "SELECT pid FROM pg_stat_activity WHERE datname = "
+               "current_database() AND " + harness.LISTENING).split()]
+        assert len(pids) == 2, pids
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            lease = ca.acquire("s", "o2")             # 3
+            ca.release(lease)                         # 4
+            late = Watcher(b.client(), session="s", after=3)
+            until("the stream started",
+                  lambda: streams(b) == 1 or late.done.is_set())
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        assert brief(late.until_events(1)) == [
+            (4, "RELEASED", "s", "o2", lease.token)], late.error
+        late.cancel()
+        err = Watcher(b.client(), prefix="", after=5).ended()
+        assert err.code() == OUT_OF_RANGE and "ahead" in err.details(), err
+
+
+def test_an_expiry_is_told_with_no_watcher_by_collection():
+    """With nobody watching, no replica looks for expiries; collection
+    tells each before it deletes the lease's row."""
+    with Leased(ttl="1s") as d:
+        x = d.client().acquire("x", "o")
+        until("x told expired", lambda: stored_events(d)[1:] == [
+            (2, "EXPIRED", "x", "o", x.token)], timeout=30)
+        until("x collected", lambda: psql(
+            d, "SELECT count(*) FROM leased_leases") == "0", timeout=30)
+        w = Watcher(d.client(), session="x", after=1)
+        assert brief(w.until_events(1)) == [(2, "EXPIRED", "x", "o", x.token)]
+        w.cancel()
+
+
+def test_a_restore_moves_the_revisions_on():
+    """--raise-token-floor at a restore of the database moves its
+    revisions on by 10^9 and forgets the events kept: a watcher of the
+    revisions before reads again. The same flag again moves nothing."""
+    d = Leased(ttl="20s")
+    with d:
+        c = d.client()
+        c.release(c.acquire("s", "o"))                # revisions 1, 2
+        d.stop()
+        d.args = d.args + ["--raise-token-floor", "100"]
+        for again in (False, True):
+            d.start()
+            err = Watcher(d.client(), prefix="", after=1).ended()
+            assert err.code() == OUT_OF_RANGE, err
+            w = Watcher(d.client(), prefix="")
+            first = w.started()
+            assert first == 10**9 + 2 + 2 * again, first
+            lease = d.client().acquire("s", "o")
+            assert lease.token > 100
+            d.client().release(lease)
+            assert [e[0] for e in brief(w.until_events(2))] == [
+                first + 1, first + 2]
+            w.cancel()
+            d.stop()
+        assert [e[0] for e in stored_events(d)] == [
+            10**9 + 3, 10**9 + 4, 10**9 + 5, 10**9 + 6]
+
+
+def test_a_failed_read_of_the_events_keeps_the_copy():
+    """The replica cannot read the events (their counter deleted by
+    hand): it says so, keeps its copy and its watchers, refuses the
+    changes whose events cannot be numbered rather than make them
+    untold, and goes on once the database is mended."""
     with Leased(ttl="20s") as d:
-        err = Watcher(d.client(), prefix="").ended()
-        assert err.code() == grpc.StatusCode.UNIMPLEMENTED, err
+        c = d.client()
+        w = Watcher(c, prefix="")
+        w.started()
+        c.release(c.acquire("s", "o"))                # 1, 2
+        w.until_events(2)
+        psql(d, "DELETE FROM leased_meta WHERE key = 'revision'")
+        d.wait_log(r"msg=database_failed during=events .*no revision "
+                   r"counter", 10)
+        expect_code(UNAVAILABLE, c.acquire, "t", "o")
+        assert psql(d, "SELECT count(*) FROM leased_leases "
+                       "WHERE session = 't'") == "0"
+        assert not w.done.is_set()
+        psql(d, "INSERT INTO leased_meta VALUES ('revision', 2)")
+        lease = c.acquire("t", "o")
+        assert brief(w.until_events(3))[2:] == [
+            (3, "GRANTED", "t", "o", lease.token)]
+        w.cancel()
 
 
-POSTGRES_ONLY = ["test_watch_is_not_served_over_postgresql_yet"]
-if os.environ.get("LEASED_TEST_STORE") == "postgres":
-    for name in [n for n in list(globals()) if n.startswith("test_")
-                 and n not in POSTGRES_ONLY]:
-        del globals()[name]
-else:
+POSTGRES_ONLY = ["test_a_failed_read_of_the_events_keeps_the_copy",
+                 "test_a_restore_moves_the_revisions_on",
+                 "test_every_replica_serves_the_same_revisions",
+                 "test_a_watcher_moves_to_another_replica_without_gap_or_"
+                 "duplicate",
+                 "test_a_replica_behind_the_database_is_asked_before_ahead",
+                 "test_an_expiry_is_told_with_no_watcher_by_collection"]
+if not POSTGRES:
     for name in POSTGRES_ONLY:
         del globals()[name]
 

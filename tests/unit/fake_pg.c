@@ -497,9 +497,28 @@ enum store_err pgstore_listen(struct pgstore *p, int32_t *key, int32_t *pid)
 int pgstore_notified(struct pgstore *p,
                      void (*granted)(void *arg, uint64_t call, uint64_t token,
                                      int64_t expiry_ns, unsigned flags),
-                     void *arg)
+                     void *arg, bool *events)
 {
     abort(); /* not faked (above) */
+}
+
+/* Nor are the events, which only the listening connection reads. */
+enum store_err pgstore_events(struct pgstore *p, uint64_t after, size_t max,
+                              int (*ev_cb)(void *arg,
+                                           const struct store_event *ev),
+                              void *arg, uint64_t *top)
+{
+    abort();
+}
+
+enum store_err pgstore_tell(struct pgstore *p, size_t max, size_t *told)
+{
+    abort();
+}
+
+enum store_err pgstore_compact(struct pgstore *p, uint64_t keep)
+{
+    abort();
 }
 
 const char *pgstore_errmsg(const struct pgstore *p)

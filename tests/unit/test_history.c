@@ -1,11 +1,14 @@
 /* The history of Watch: a ring of the last events, read from a revision
  * with a filter; compacted and ahead revisions said as such; staged
- * events visible only once published, in order. */
+ * events visible only once published, in order; a copy of the database's
+ * (the shared mode's: pg_feed.c) restarted when its store's events are
+ * gone, and asked before a reader is told it is ahead. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "history.h"
+#include "pg_feed.h"
 
 static struct store_event ev(uint64_t revision, const char *session)
 {
@@ -182,7 +185,87 @@ TEST(sessions_after_a_revision)
     history_destroy(h);
 }
 
+/* A copy that may lag its store: a reader ahead of it is ahead for sure
+ * only once a read of the store begun after it asked was appended. */
+TEST(a_copy_is_asked_before_a_reader_is_ahead)
+{
+    struct history *plain = history_create(4);
+    CHECK_EQ_I64(history_ask(plain), 0); /* no copy: ahead is ahead */
+    history_destroy(plain);
+
+    struct history *h = history_create(4);
+    history_set_copy(h);
+    wakes = 0;
+    history_set_wake(h, woken, NULL);
+    uint64_t before = history_asked(h); /* a read begins, then one asks */
+    uint64_t ticket = history_ask(h);
+    CHECK(ticket > before);
+    CHECK(!history_answered(h, ticket));
+    history_answer(h, before); /* that read began before the question */
+    CHECK(!history_answered(h, ticket));
+    CHECK_EQ_I64(wakes, 0);
+    uint64_t next = history_asked(h);
+    history_answer(h, next);
+    CHECK(history_answered(h, ticket));
+    CHECK_EQ_I64(wakes, 1);
+    history_destroy(h);
+}
+
+static struct feed fed(uint64_t top, uint64_t first, size_t n)
+{
+    struct feed f = {0};
+    for (size_t i = 0; i < n; i++) {
+        struct store_event e = ev(first + i, "s");
+        CHECK_EQ_I64(feed_add(&f, &e), 0);
+    }
+    f.top = top;
+    return f;
+}
+
+/* What a read of the database's events gives goes into the copy: after
+ * its newest, or, when the events after it are gone, from where they
+ * are; a database behind the copy (a restored backup) restarts it. */
+TEST(a_feed_applies_what_the_database_gave)
+{
+    struct history *h = history_create(8);
+    struct got g;
+    uint64_t oldest;
+    struct feed f = fed(3, 1, 3);
+    CHECK_EQ_I64(feed_apply(&f, h, 0), 0);
+    CHECK_EQ_I64(history_newest(h), 3);
+    feed_free(&f);
+    /* Events 4..6 deleted before this replica read them. */
+    f = fed(8, 7, 2);
+    CHECK_EQ_I64(feed_apply(&f, h, 3), 0);
+    CHECK_EQ_I64(history_newest(h), 8);
+    CHECK_EQ_I64(read_from(h, 3, "", true, 64, &g, &oldest),
+                 HISTORY_COMPACTED);
+    CHECK_EQ_I64(oldest, 7);
+    CHECK_EQ_I64(read_from(h, 6, "", true, 64, &g, &oldest), HISTORY_READ);
+    CHECK_EQ_I64(g.n, 2);
+    feed_free(&f);
+    /* Nothing new: unchanged. */
+    f = fed(8, 0, 0);
+    CHECK_EQ_I64(feed_apply(&f, h, 8), 0);
+    CHECK_EQ_I64(read_from(h, 6, "", true, 64, &g, &oldest), HISTORY_READ);
+    /* Every event after the newest is gone: it starts at the store's. */
+    f.top = 12;
+    CHECK_EQ_I64(feed_apply(&f, h, 8), 0);
+    CHECK_EQ_I64(history_newest(h), 12);
+    CHECK_EQ_I64(read_from(h, 11, "", true, 64, &g, &oldest),
+                 HISTORY_COMPACTED);
+    /* The store is behind the copy: a reader past it is ahead. */
+    f.top = 5;
+    CHECK_EQ_I64(feed_apply(&f, h, 12), 0);
+    CHECK_EQ_I64(history_newest(h), 5);
+    CHECK_EQ_I64(read_from(h, 6, "", true, 64, &g, &oldest), HISTORY_AHEAD);
+    feed_free(&f);
+    history_destroy(h);
+}
+
 CHECK_MAIN(reads_what_follows_a_revision_through_a_filter,
+           a_copy_is_asked_before_a_reader_is_ahead,
+           a_feed_applies_what_the_database_gave,
            sessions_after_a_revision,
            old_revisions_are_compacted_and_later_ones_ahead,
            a_history_loaded_from_a_later_revision_starts_there,
