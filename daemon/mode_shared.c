@@ -90,6 +90,7 @@
 #define LOOK_SLACK_NS INT64_C(1000000) /* after a lease's end, a look */
 #define LINE_RETRY_NS (BACKOFF_MIN_MS * INT64_C(1000000))
 #define EVENTS_MAX 1024 /* read at a time, and half the history at most */
+#define READ_MS 20      /* events read this often at most */
 #define TELL_MS 250     /* while it has watchers, expiries told this often */
 #define TELL_MAX 1024
 #define COMPACT_MS 1000
@@ -193,8 +194,8 @@ struct replica {
      * the listening connection's job: what it does, and what it read. */
     struct history *history;
     bool events_due;
-    int64_t next_tell_ms, next_compact_ms, events_retry_ms;
-    bool feed_tell, feed_compact;
+    int64_t next_read_ms, next_tell_ms, next_compact_ms, events_retry_ms;
+    bool feed_tell, feed_compact, feed_more;
     uint64_t feed_after, feed_ticket, answered;
     size_t feed_max;
     struct feed feed;
@@ -832,8 +833,12 @@ static void listener_poll(struct replica *r, int status)
  * deletes the events past the last --watch-history (COMPACT_MS).
  */
 
-/* Whether the listening connection has events work: a read due, or
- * expiries to tell, or events to delete. */
+/* Whether the listening connection has events work: the rest of a read
+ * that stopped at feed_max events, a read due (at most every READ_MS:
+ * under load, a read for every batch or two, back to back, cost the
+ * replicas a third of their lease calls; a read put off is made at the
+ * next event of the loop, a tick at the latest), expiries to tell, or
+ * events to delete. */
 static bool events_wanted(const struct replica *r)
 {
     if (r->history == NULL || !ready(&r->listener) || r->base.draining)
@@ -841,7 +846,8 @@ static bool events_wanted(const struct replica *r)
     int64_t now = nanotime_mono_ms();
     if (now < r->events_retry_ms)
         return false;
-    return r->events_due || now >= r->next_compact_ms ||
+    return r->feed_more || (r->events_due && now >= r->next_read_ms) ||
+           now >= r->next_compact_ms ||
            (atomic_load(&metrics.watch_streams) > 0 && now >= r->next_tell_ms);
 }
 
@@ -858,6 +864,7 @@ static void start_events(struct replica *r)
     if (r->feed_compact)
         r->next_compact_ms = now + COMPACT_MS;
     r->events_due = false;
+    r->next_read_ms = now + READ_MS;
     r->feed_after = history_newest(r->history);
     r->feed_ticket = history_asked(r->history); /* answered by this read */
     /* A burst of events goes in in pieces, a round trip apart, so that a
@@ -895,6 +902,7 @@ static void events_done(struct slot *sl)
     }
     bool more = r->feed.n == r->feed_max;
     feed_clear(&r->feed);
+    r->feed_more = more && sl->err == STORE_OK;
     if (sl->err == STORE_EDOWN) {
         listener_down(r, "events");
         return;
@@ -905,9 +913,11 @@ static void events_done(struct slot *sl)
         r->events_retry_ms = nanotime_mono_ms() + BACKOFF_MAX_MS;
         return;
     }
-    r->answered = r->feed_ticket;
-    history_answer(r->history, r->feed_ticket);
-    r->events_due = r->events_due || more;
+    /* A question is answered by a read that reached the newest. */
+    if (!more) {
+        r->answered = r->feed_ticket;
+        history_answer(r->history, r->feed_ticket);
+    }
     if (r->base.draining)
         disconnect(sl); /* see shared_drain() */
 }

@@ -501,7 +501,7 @@ static const char leased_decide[] =
     "  now_ns := g.now_ns; evs := evs || g.evs; "
     "  RETURN NEXT; "
     " END LOOP; "
-    " PERFORM leased_record(evs); "
+    " IF cardinality(evs) > 0 THEN PERFORM leased_record(evs); END IF; "
     "END $$";
 
 /* The batch of versions 2 to 5, which their replicas still call during

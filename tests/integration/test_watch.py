@@ -444,6 +444,11 @@ def test_leasectl_watch_after_a_revision_no_longer_kept_exits_10():
         c = d.client()
         for s in ["a", "b"]:
             c.release(c.acquire(s, "o"))
+        # Once the store's newest (4) is leased's: over PostgreSQL, once
+        # the replica's copy read it, which a watcher from 4 waits for.
+        synced = Watcher(c, prefix="", after=4)
+        synced.started()
+        synced.cancel()
         p = leasectl(d, "watch", "--prefix", "", "--after", "1")
         out, err = p.communicate(timeout=20)
         assert p.returncode == 10, (p.returncode, out, err)
