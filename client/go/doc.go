@@ -30,6 +30,10 @@
 //	}
 //	err = k.Stop() // releases, unless lost
 //
+// Client.Wait waits in leased's line for a session; Client.Watch tells
+// the changes of a session's lease, or of every session under a prefix,
+// each with a revision to resume from.
+//
 // Built offline in GOPATH mode over Debian's golang-google-grpc-dev and
 // golang-google-protobuf-dev, or as the module leased/lease (see
 // docs/client.md).

@@ -33,6 +33,9 @@ var (
 	// The service does not know the caller: no credentials, or wrong ones
 	// (UNAUTHENTICATED). Nothing changed. Fix the token or certificate.
 	ErrUnauthenticated = errors.New("no valid credentials")
+	// Watch: the changes after the revision asked for are no longer kept
+	// (OUT_OF_RANGE). Read the leases again and watch from 0.
+	ErrGone = errors.New("the changes asked for are no longer kept")
 	// Keeper.Err after Keeper.Stop (not a kind of *Error).
 	ErrStopped = errors.New("the keeper was stopped")
 )

@@ -18,7 +18,7 @@ from setuptools.command.build_py import build_py
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROTO = os.path.join(HERE, "..", "..", "proto")
 PROTOS = ["mecatl/driver/v1/session_lease.proto",
-          "leased/admin/v1/admin.proto"]
+          "leased/admin/v1/admin.proto", "leased/v1/leases.proto"]
 
 
 class BuildWithMessages(build_py):
@@ -36,7 +36,8 @@ os.chdir(HERE)  # setuptools finds packages relative to the current directory
 setup(
     name="leased",
     version="0.1.0",
-    description="Client of the leased lease service: calls, keeper, hold",
+    description="Client of the leased lease service: calls, keeper, hold, "
+                "watch",
     packages=["leased"],
     python_requires=">=3.9",
     install_requires=["grpcio>=1.51", "protobuf>=3.20"],

@@ -496,6 +496,172 @@ def test_wait_ends_held_at_its_deadline():
         expect(leased.InvalidError, c.wait, s, "", start + 0.5)
 
 
+# --- watching changes ------------------------------------------------------
+
+def collect(w, got, n):
+    """Iterates w in a thread, into got, until n events or its end (an
+    exception, if any, appended last): the thread."""
+    def run():
+        try:
+            for ev in w:
+                got.append(ev)
+                if len(got) >= n:
+                    break
+        except leased.LeaseError as e:
+            got.append(e)
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def brief(events):
+    return [(e.kind, e.lease.session_id, e.lease.owner, e.lease.token)
+            for e in events]
+
+
+def test_watch_tells_each_change_in_revision_order():
+    """Every change of owner under the prefix, as answered, with the
+    revisions that follow one another (renewals are not changes); an
+    expiry told with no call; close() ends the iteration."""
+    with harness.Leased(ttl="1s") as d, client(d) as c:
+        p = sid("watch") + "/"
+        c.release(c.acquire(p + "x", "owner-z"))        # revisions 1, 2
+        w = c.watch(prefix=p, after=2)
+        got = []
+        t = collect(w, got, 6)
+        a = c.acquire(p + "s1", "owner-a")
+        c.release(a)
+        b = c.renew(c.acquire(p + "s1", "owner-b"))
+        c.release(b)
+        e = c.acquire(p + "s2", "owner-e")               # left to expire
+        t.join(timeout=20)
+        assert len(got) == 6, got
+        assert [ev.revision for ev in got] == list(range(3, 9)), got
+        assert brief(got) == [
+            (leased.GRANTED, p + "s1", "owner-a", a.token),
+            (leased.RELEASED, p + "s1", "owner-a", a.token),
+            (leased.GRANTED, p + "s1", "owner-b", b.token),
+            (leased.RELEASED, p + "s1", "owner-b", b.token),
+            (leased.GRANTED, p + "s2", "owner-e", e.token),
+            (leased.EXPIRED, p + "s2", "owner-e", e.token)], got
+        assert got[4].lease.expiry_ns == e.expiry_ns
+        assert w.revision == 8
+        # A watch of one session, from now, stopped by close() as it
+        # waits for the next change.
+        w = c.watch(p + "s1")
+        got = []
+        t = collect(w, got, 1)
+        time.sleep(0.3)
+        w.close()
+        t.join(timeout=10)
+        assert not t.is_alive() and got == [], got
+
+
+def test_watch_resumes_from_its_revision_across_a_kill():
+    """A watch goes on through kill -9 and a restart of leased, from the
+    last revision it covered: no gap, no duplicate, and every answered
+    change among what it tells."""
+    with harness.Leased(ttl=LIVE_TTL, listen=closed_port()) as d, \
+            leased.Client(d.addr, timeout=2.0) as c:
+        p = sid("resume") + "/"
+        c.release(c.acquire(p + "first", "owner-z"))    # revisions 1, 2
+        w = c.watch(prefix=p, after=2, deadline=time.monotonic() + 60)
+        got = []
+        t = collect(w, got, 12)
+        answered = []
+
+        def changes(tag, n):
+            for i in range(n):
+                lease = c.acquire("%s%s%d" % (p, tag, i), "owner-a")
+                c.release(lease)
+                answered.extend([(leased.GRANTED, lease.token),
+                                 (leased.RELEASED, lease.token)])
+
+        changes("a", 3)
+        until("the first events", lambda: len(got) >= 6)
+        d.kill9()
+        d.start()
+        changes("b", 3)
+        t.join(timeout=30)
+        w.close()
+        assert len(got) == 12 and not any(
+            isinstance(e, Exception) for e in got), got
+        assert [ev.revision for ev in got] == list(range(3, 15)), got
+        assert [(ev.kind, ev.lease.token) for ev in got] == answered
+        assert w.revision == 14
+
+
+def test_watch_of_a_revision_no_longer_kept_is_gone():
+    with harness.Leased(ttl=LIVE_TTL, args=["--watch-history", "3"]) as d, \
+            client(d) as c:
+        p = sid("gone") + "/"
+        for s in ("a", "b", "c"):
+            c.release(c.acquire(p + s, "owner-a"))      # revisions 1..6
+        with c.watch(prefix=p, after=3) as w:
+            got = [next(w) for _ in range(3)]
+        assert [ev.revision for ev in got] == [4, 5, 6]
+        assert [(ev.kind, ev.lease.session_id) for ev in got] == [
+            (leased.RELEASED, p + "b"), (leased.GRANTED, p + "c"),
+            (leased.RELEASED, p + "c")], got
+        assert w.revision == 6
+        # (After the one above: over PostgreSQL, the replica's copy of
+        # the events has then read them all.)
+        with c.watch(prefix=p, after=1) as w:
+            e = expect(leased.GoneError, next, w)
+            assert e.code == grpc.StatusCode.OUT_OF_RANGE
+            assert "no longer kept" in e.details, e.details
+
+
+def test_watch_errors_deadline_and_where_it_is_not_served():
+    from mecatl_only import MecatlOnly
+    with harness.Leased(ttl=LIVE_TTL) as d, client(d) as c:
+        start = time.monotonic()
+        w = c.watch(sid("quiet"), deadline=start + 0.5)
+        expect(leased.DeadlineError, next, w)
+        assert time.monotonic() - start >= 0.5
+        expect(leased.InvalidError, c.watch)
+        expect(leased.InvalidError, c.watch, "s", prefix="p")
+        expect(leased.InvalidError, c.watch, "")
+        expect(leased.InvalidError, c.watch, "x" * 513)
+        expect(leased.InvalidError, c.watch, "s", after=-1)
+        with MecatlOnly(d.addr) as front, \
+                leased.Client(front, timeout=2.0) as m:
+            e = expect(leased.UnsupportedError, next,
+                       m.watch(prefix=""))
+            assert e.code == grpc.StatusCode.UNIMPLEMENTED
+
+
+if os.environ.get("LEASED_TEST_STORE") == "postgres":
+    def test_watch_moves_to_another_replica_without_gap_or_duplicate():
+        """Two replicas over one database: the watch's replica stops, and
+        it goes on at the other from its revision."""
+        db = harness.fresh_database()
+        with harness.Leased(ttl=LIVE_TTL, postgres=db) as a, \
+                harness.Leased(ttl=LIVE_TTL, postgres=db) as b, \
+                leased.Client([a.addr, b.addr], timeout=3.0) as c, \
+                leased.Client(b.addr, timeout=3.0) as cb:
+            p = sid("replicas") + "/"
+            c.release(c.acquire(p + "first", "owner-z"))  # revisions 1, 2
+            w = c.watch(prefix=p, after=2, deadline=time.monotonic() + 60)
+            got = []
+            t = collect(w, got, 8)
+            tokens = []
+            for i in range(2):
+                lease = cb.acquire("%sa%d" % (p, i), "owner-a")
+                cb.release(lease)
+                tokens += [lease.token, lease.token]
+            until("the first events", lambda: len(got) >= 4)
+            a.stop()
+            for i in range(2):
+                lease = cb.acquire("%sb%d" % (p, i), "owner-a")
+                cb.release(lease)
+                tokens += [lease.token, lease.token]
+            t.join(timeout=30)
+            w.close()
+            assert [ev.revision for ev in got] == list(range(3, 11)), got
+            assert [ev.lease.token for ev in got] == tokens
+
+
 # --- the keeper ------------------------------------------------------------
 
 class Events:

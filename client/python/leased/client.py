@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import grpc
 
 from . import errors
-from ._messages import admin_pb, lease_pb
+from ._messages import admin_pb, lease_pb, leases_pb
 
 SESSION_MAX = 512  # bytes of UTF-8
 OWNER_MAX = 256
@@ -285,6 +285,26 @@ class Client:
         return LeaseInfo(w.session_id, w.owner, w.token,
                          w.expiry.seconds * 10**9 + w.expiry.nanos, w.live)
 
+    def watch(self, session_id=None, prefix=None, after=0, deadline=None):
+        """The changes of session_id's lease, or of the lease of every
+        session whose id starts with prefix ("": every session; give one
+        of the two), after revision after (0: from now on), as a Watch
+        (watch.py): iterate it for Events, close() it when done (or use
+        it in a with). deadline: time.monotonic() seconds, None: no end.
+        As liblease's lease_watch."""
+        if (session_id is None) == (prefix is None):
+            raise errors.InvalidError("watch: session_id or prefix, one")
+        if session_id is not None:
+            _check("session_id", session_id, SESSION_MAX)
+        elif prefix != "":
+            _check("prefix", prefix, SESSION_MAX)
+        if not isinstance(after, int) or not 0 <= after < 2**64:
+            raise errors.InvalidError("after: a revision, 0 or more")
+        from .watch import Watch
+        return Watch(self, leases_pb.WatchRequest(
+            session_id=session_id or "", prefix=prefix or "",
+            after_revision=after), deadline)
+
     def keep(self, session_id, owner=None, **options):
         """Acquires session_id and keeps it: a Keeper (keeper.py)."""
         from .keeper import Keeper
@@ -310,7 +330,11 @@ class Client:
     def _lease(reply, ttl_ns):
         if not reply.HasField("lease") or not reply.lease.HasField("expiry"):
             raise errors.UnavailableError("reply without a lease")
-        w = reply.lease
+        return Client._lease_of(reply.lease, ttl_ns)
+
+    @staticmethod
+    def _lease_of(w, ttl_ns=0):
+        """The Lease of a wire lease (either service's: the same fields)."""
         return Lease(w.session_id, w.owner, w.token,
                      w.expiry.seconds * 10**9 + w.expiry.nanos, ttl_ns)
 
@@ -357,6 +381,17 @@ class Client:
         rpc = self._rpcs.get(path)
         if rpc is None:
             rpc = [t.channel.unary_unary(
+                path, request_serializer=type(request).SerializeToString,
+                response_deserializer=reply.FromString)
+                for t in self._targets]
+            self._rpcs[path] = rpc
+        return rpc
+
+    def _stream_rpc(self, path, request, reply):
+        """The server-streaming callable of path on each target."""
+        rpc = self._rpcs.get(path)
+        if rpc is None:
+            rpc = [t.channel.unary_stream(
                 path, request_serializer=type(request).SerializeToString,
                 response_deserializer=reply.FromString)
                 for t in self._targets]

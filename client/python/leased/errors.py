@@ -49,6 +49,12 @@ class UnauthenticatedError(LeaseError):
     fix the bearer token or the client certificate."""
 
 
+class GoneError(LeaseError):
+    """Client.watch(): the changes after the revision asked for are no
+    longer kept (OUT_OF_RANGE: leased keeps its last --watch-history
+    changes). Read the leases again and watch from 0."""
+
+
 class LeaseLost(Exception):
     """Raised by Client.hold() in the thread that holds the lease when
     the lease is lost (see keeper.py). cause is the error that lost it."""
