@@ -196,7 +196,7 @@ struct replica {
     bool events_due;
     int64_t next_read_ms, next_tell_ms, next_compact_ms, events_retry_ms;
     bool feed_tell, feed_compact, feed_more;
-    uint64_t feed_after, feed_ticket, answered;
+    uint64_t feed_after, feed_ticket;
     size_t feed_max;
     struct feed feed;
 };
@@ -867,10 +867,6 @@ static void start_events(struct replica *r)
     r->next_read_ms = now + READ_MS;
     r->feed_after = history_newest(r->history);
     r->feed_ticket = history_asked(r->history); /* answered by this read */
-    /* A burst of events goes in in pieces, a round trip apart, so that a
-     * watcher that keeps up is never passed by a single append. */
-    size_t half = history_capacity(r->history) / 2;
-    r->feed_max = half < 1 ? 1 : half > EVENTS_MAX ? EVENTS_MAX : half;
     start(&r->listener, SLOT_EVENTS);
 }
 
@@ -878,10 +874,9 @@ static void start_events(struct replica *r)
 static void run_events(struct slot *sl)
 {
     struct replica *r = sl->r;
-    size_t told = 0;
     sl->err = STORE_OK;
     if (r->feed_tell)
-        sl->err = pgstore_tell(sl->db, TELL_MAX, &told);
+        sl->err = pgstore_tell(sl->db, TELL_MAX);
     if (sl->err == STORE_OK && r->feed_compact)
         sl->err = pgstore_compact(sl->db, history_capacity(r->history));
     if (sl->err == STORE_OK)
@@ -914,10 +909,8 @@ static void events_done(struct slot *sl)
         return;
     }
     /* A question is answered by a read that reached the newest. */
-    if (!more) {
-        r->answered = r->feed_ticket;
+    if (!more)
         history_answer(r->history, r->feed_ticket);
-    }
     if (r->base.draining)
         disconnect(sl); /* see shared_drain() */
 }
@@ -1454,7 +1447,8 @@ static void on_tick(struct mode *m)
             take_answers(sl, true);
     }
     /* A watcher ahead of the copy asked for a read. */
-    if (r->history != NULL && history_asked(r->history) > r->answered)
+    if (r->history != NULL &&
+        !history_answered(r->history, history_asked(r->history)))
         r->events_due = true;
     after_event(r);
 }
@@ -1534,6 +1528,12 @@ struct mode *mode_shared_create(uv_loop_t *loop, struct pgstore *const *dbs,
         r->line_pid = l->pid;
         r->history = hooks->history;
         slot_init(r, &r->listener, l->db);
+    }
+    if (r->history != NULL) {
+        /* A burst of events goes in in pieces, a round trip apart, so
+         * that a watcher that keeps up is never passed by one append. */
+        size_t half = history_capacity(r->history) / 2;
+        r->feed_max = half < 1 ? 1 : half > EVENTS_MAX ? EVENTS_MAX : half;
     }
     update_serving(r);
     mode_start_timer(&r->base, TICK_MS, on_tick);

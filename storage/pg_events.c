@@ -48,16 +48,14 @@ enum store_err pgstore_events(struct pgstore *p, uint64_t after, size_t max,
     return rc == 0 ? STORE_OK : STORE_ENOMEM;
 }
 
-enum store_err pgstore_tell(struct pgstore *p, size_t max, size_t *told)
+enum store_err pgstore_tell(struct pgstore *p, size_t max)
 {
     struct pg_params q = {0};
     pg_params_int(&q, (int64_t)max, 4);
     int err = pg_roundtrip_run(p, PGSQL_TELL, &q, "telling expiries");
-    if (err != STORE_OK)
-        return err;
-    *told = (size_t)pg_params_get_int(p->res[0], 0, 0);
-    pg_roundtrip_clear(p, 1);
-    return STORE_OK;
+    if (err == STORE_OK)
+        pg_roundtrip_clear(p, 1);
+    return err;
 }
 
 enum store_err pgstore_compact(struct pgstore *p, uint64_t keep)

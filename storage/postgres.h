@@ -256,8 +256,8 @@ enum store_err pgstore_events(struct pgstore *p, uint64_t after, size_t max,
 
 /* Tells up to max expiries, as they happen: held leases past their
  * expiry, not told yet, become EXPIRED events. One replica at a time
- * tells; the others return at once, *told 0. */
-enum store_err pgstore_tell(struct pgstore *p, size_t max, size_t *told);
+ * tells; the others return at once. */
+enum store_err pgstore_tell(struct pgstore *p, size_t max);
 
 /* Deletes the events but the last keep revisions. */
 enum store_err pgstore_compact(struct pgstore *p, uint64_t keep);

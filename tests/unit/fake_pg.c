@@ -511,7 +511,7 @@ enum store_err pgstore_events(struct pgstore *p, uint64_t after, size_t max,
     abort();
 }
 
-enum store_err pgstore_tell(struct pgstore *p, size_t max, size_t *told)
+enum store_err pgstore_tell(struct pgstore *p, size_t max)
 {
     abort();
 }
