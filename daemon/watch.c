@@ -407,9 +407,12 @@ static void on_wake(struct watches *w)
     struct waking k = {w, NULL};
     uint64_t newest;
     if (history_sessions(w->history, w->dispatched, session_changed, &k,
-                         &newest) != HISTORY_READ) {
+                         &newest) != HISTORY_READ ||
+        newest < w->dispatched) {
+        /* It fell behind, or the history started again lower (a copy
+         * of a store gone back): every stream looks. */
         for (struct watcher *c = w->list; c != NULL; c = c->next)
-            update(c); /* it fell behind: every stream looks */
+            update(c);
     } else {
         for (struct watcher *c = w->prefixed; c != NULL; c = c->next_same)
             update(c);

@@ -660,7 +660,32 @@ def test_a_failed_read_of_the_events_keeps_the_copy():
         w.cancel()
 
 
+def test_a_database_gone_back_ends_the_streams_ahead_of_it():
+    """The database's events go back (a restore without
+    --raise-token-floor; here deleted, and their counter set back, by
+    hand): the replica's copy starts again lower, and every stream now
+    ahead of it ends OUT_OF_RANGE, one of a session that never changes
+    again too."""
+    with Leased(ttl="20s") as d:
+        c = d.client()
+        c.release(c.acquire("s", "o"))                # revisions 1, 2
+        c.release(c.acquire("t", "o"))                # 3, 4
+        quiet = Watcher(c, session="s", after=4)
+        assert quiet.started() == 4
+        psql(d, "DELETE FROM leased_events; UPDATE leased_meta "
+                "SET value = 1 WHERE key = 'revision'")
+        c.release(c.acquire("u", "o"))                # 2, 3 now
+        err = quiet.ended()
+        assert err.code() == OUT_OF_RANGE and "ahead" in err.details(), err
+        w = Watcher(c, prefix="", after=3)           # the new newest
+        lease = c.acquire("v", "o")                   # 4, and goes on
+        assert brief(w.until_events(1)) == [(4, "GRANTED", "v", "o",
+                                             lease.token)]
+        w.cancel()
+
+
 POSTGRES_ONLY = ["test_a_failed_read_of_the_events_keeps_the_copy",
+                 "test_a_database_gone_back_ends_the_streams_ahead_of_it",
                  "test_a_restore_moves_the_revisions_on",
                  "test_every_replica_serves_the_same_revisions",
                  "test_a_watcher_moves_to_another_replica_without_gap_or_"
