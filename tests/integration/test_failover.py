@@ -11,7 +11,11 @@ fault campaign's workers do (tests/faults/workload.py, and the "sticky"
 workers here, same JSON lines); then the primary gets kill -9 (its host
 died) and the standby is promoted; the owners keep going for more than
 2 TTL + --max-clock-skew; the fault campaign's checker
-(tests/faults/checker.py) judges the whole history.
+(tests/faults/checker.py) judges the whole history, and its watcher's
+checker (tests/faults/watch_checker.py) what a watcher of every change
+(tests/faults/watcher.py, at the first replica) was told: no gap or
+duplicate through the failover, each event the new primary's, every
+grant answered there.
 
 What must hold: leased's failover quarantine (storage/pg_schema.c,
 pg_schema_setup(): after a change of primary, leases held before count
@@ -66,10 +70,12 @@ import pg
 
 sys.path.insert(0, os.path.join(harness.ROOT, "tests", "faults"))
 import checker  # noqa: E402
+import watch_checker  # noqa: E402
 import workload  # noqa: E402
 
 PYTHON = "/usr/bin/python3"  # Debian's, with python3-grpcio
 WORKLOAD = os.path.join(harness.ROOT, "tests", "faults", "workload.py")
+WATCHER = os.path.join(harness.ROOT, "tests", "faults", "watcher.py")
 TTL = 2.0
 SKEW = 2.0                 # --max-clock-skew
 STANDBY_AHEAD = 1.5        # the standby's clock, ahead of the primary's
@@ -248,6 +254,29 @@ def read_ops(paths):
     return ops
 
 
+def read_watched(path):
+    """The watcher's records (the last line may be cut short)."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
+def stored_events(server):
+    """revision -> (kind, session, owner, token) of the events the
+    database holds (watch_checker.py's form)."""
+    kinds = {1: "granted", 2: "released", 3: "expired", 4: "revoked"}
+    rows = server.psql(
+        "SELECT revision, kind, convert_from(session, 'UTF8'), "
+        "convert_from(owner, 'UTF8'), token FROM leased_events")
+    return {int(r): (kinds[int(k)], s, o, int(t)) for r, k, s, o, t in
+            (line.split("|") for line in rows.splitlines())}
+
+
 def failure_window(ops, kill_t, replica_of):
     """From the first call that failed without a definite answer
     (result unknown: UNAVAILABLE, DEADLINE_EXCEEDED…) answered after the
@@ -311,6 +340,7 @@ def run_failover(binary, env, label):
     replicas = []
     workers = []
     sticky = []
+    watcher = None
     stop = threading.Event()
     history = History(os.path.join(work, "runner.jsonl"))
     try:
@@ -325,6 +355,13 @@ def run_failover(binary, env, label):
             replicas.append(start_leased(binary, conninfo, env))
         addrs = [d.addr for d in replicas]
         t_leased = time.monotonic()
+        # A watcher of every change, at the first replica, through the
+        # failover (it resumes from its last revision if its stream ends).
+        watched = os.path.join(work, "watcher.jsonl")
+        watcher = subprocess.Popen(
+            [PYTHON, WATCHER, "--addr", addrs[0], "--out", watched],
+            stdout=subprocess.DEVNULL)
+        wait_for(lambda: os.path.exists(watched), "the watcher started", 30)
 
         replica_of = {}
         outs = []
@@ -394,6 +431,18 @@ def run_failover(binary, env, label):
         assert not any(t.is_alive() for t in sticky), "a sticky worker hung"
         errors = [t.error for t in sticky if t.error]
         assert not errors, "sticky workers failed: %s" % errors
+        # Everything stored by now reaches the watcher (expiries told
+        # meanwhile come after: it is caught up once it has the newest).
+        newest = max(stored_events(standby), default=0)
+        wait_for(lambda: any(w["type"] == "event" and w["revision"] >= newest
+                             for w in read_watched(watched)),
+                 "the watcher told revision %d" % newest, 20)
+        watcher.terminate()
+        try:
+            watcher.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            watcher.kill()  # blocked in a stream: its lines are out
+            watcher.wait()
         for i, w in enumerate(workers):
             with open(os.path.join(work, "worker-%d.err" % i)) as f:
                 err = f.read()
@@ -415,13 +464,16 @@ def run_failover(binary, env, label):
                 f.write(logs[-1])
             assert rc == 0, "leased exited %s:\n%s" % (rc, logs[-1])
         history.close()
-        report = checker.check(*checker.read_files(
-            [history.path] + outs))
+        records, sources = checker.read_files([history.path] + outs)
+        report = checker.check(records, sources)
+        report["watch"] = watch_checker.check(
+            read_watched(watched), stored_events(standby), records)
         ops = read_ops(outs)
         windows = failure_window(ops, kill_t, replica_of)
         t_end = time.monotonic()
         return {
             "report": report, "logs": logs, "meta": rows, "ops": ops,
+            "watched": read_watched(watched),
             "windows": windows, "kill_t": kill_t, "promoted_t": promoted_t,
             "ahead": ahead, "addrs": addrs, "replica_of": replica_of,
             "quarantine_after_promote":
@@ -436,6 +488,9 @@ def run_failover(binary, env, label):
     finally:
         stop.set()
         history.close()
+        if watcher is not None and watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
         for w in workers:
             if w.poll() is None:
                 w.kill()
@@ -500,6 +555,13 @@ def test_failover_under_load_keeps_every_promise():
     assert not bad, "the history breaks %s:\n%s" % (
         bad, checker.format_report(rep))
     assert rep["input_warnings"]["count"] == 0, checker.format_report(rep)
+    # What the watcher was told: no gap or duplicate through the
+    # failover, all of it in the new primary's events, and every grant
+    # answered there.
+    print(watch_checker.format_report(rep["watch"], r["watched"]))
+    wbad = {k: v["count"] for k, v in rep["watch"].items() if v["count"]}
+    assert not wbad, watch_checker.format_report(rep["watch"], r["watched"])
+    assert sum(1 for w in r["watched"] if w["type"] == "event") > 0
     # The failover happened, was seen, and was quarantined.
     assert r["meta"]["generation"] == 1, r["meta"]
     # Each replica saw the change: the first to reconnect stored it (and
