@@ -376,22 +376,13 @@ class Client:
             round_start = time.monotonic()
         raise errors.from_status(grpc.StatusCode.UNAVAILABLE, why)
 
-    def _rpc(self, path, request, reply):
-        """The callable of path on each target (made once)."""
+    def _rpc(self, path, request, reply, stream=False):
+        """The callable of path on each target (made once): unary, or
+        with stream server-streaming."""
         rpc = self._rpcs.get(path)
         if rpc is None:
-            rpc = [t.channel.unary_unary(
-                path, request_serializer=type(request).SerializeToString,
-                response_deserializer=reply.FromString)
-                for t in self._targets]
-            self._rpcs[path] = rpc
-        return rpc
-
-    def _stream_rpc(self, path, request, reply):
-        """The server-streaming callable of path on each target."""
-        rpc = self._rpcs.get(path)
-        if rpc is None:
-            rpc = [t.channel.unary_stream(
+            rpc = [(t.channel.unary_stream if stream else
+                    t.channel.unary_unary)(
                 path, request_serializer=type(request).SerializeToString,
                 response_deserializer=reply.FromString)
                 for t in self._targets]

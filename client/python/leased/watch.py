@@ -74,8 +74,8 @@ class Watch:
 
     def _run(self):
         c = self._client
-        rpc = c._stream_rpc(_PATH, self._request,
-                            leases_pb.WatchResponse)
+        rpc = c._rpc(_PATH, self._request, leases_pb.WatchResponse,
+                     stream=True)
         n = len(rpc)
         first = c._current
         why = None
