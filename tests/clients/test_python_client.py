@@ -519,6 +519,18 @@ def brief(events):
             for e in events]
 
 
+def watching(c, tag, n):
+    """A prefix of its own with one change of owner before it (revisions
+    1 and 2 of a new store), and a watch of it after that, iterated in a
+    thread until n events: (the prefix, the watch, its events, the
+    thread)."""
+    p = sid(tag) + "/"
+    c.release(c.acquire(p + "first", "owner-z"))
+    w = c.watch(prefix=p, after=2, deadline=time.monotonic() + 60)
+    got = []
+    return p, w, got, collect(w, got, n)
+
+
 def test_watch_tells_each_change_in_revision_order():
     """Every change of owner under the prefix, as answered, with the
     revisions that follow one another (renewals are not changes); an
@@ -563,11 +575,7 @@ def test_watch_resumes_from_its_revision_across_a_kill():
     change among what it tells."""
     with harness.Leased(ttl=LIVE_TTL, listen=closed_port()) as d, \
             leased.Client(d.addr, timeout=2.0) as c:
-        p = sid("resume") + "/"
-        c.release(c.acquire(p + "first", "owner-z"))    # revisions 1, 2
-        w = c.watch(prefix=p, after=2, deadline=time.monotonic() + 60)
-        got = []
-        t = collect(w, got, 12)
+        p, w, got, t = watching(c, "resume", 12)
         answered = []
 
         def changes(tag, n):
@@ -640,11 +648,7 @@ if os.environ.get("LEASED_TEST_STORE") == "postgres":
                 harness.Leased(ttl=LIVE_TTL, postgres=db) as b, \
                 leased.Client([a.addr, b.addr], timeout=3.0) as c, \
                 leased.Client(b.addr, timeout=3.0) as cb:
-            p = sid("replicas") + "/"
-            c.release(c.acquire(p + "first", "owner-z"))  # revisions 1, 2
-            w = c.watch(prefix=p, after=2, deadline=time.monotonic() + 60)
-            got = []
-            t = collect(w, got, 8)
+            p, w, got, t = watching(c, "replicas", 8)
             tokens = []
             for i in range(2):
                 lease = cb.acquire("%sa%d" % (p, i), "owner-a")
