@@ -60,7 +60,8 @@ def test_handoffbench_hands_every_lease_over():
     rows = re.findall(r"^(\S.*?|  \S.*?)\s+n=(\d+)", p.stdout, re.M)
     assert [r[0].strip() for r in rows] == [
         "release -> Wait", "grant - release's answer", "release -> polling",
-        "expiry -> Wait", "fdatasync (4 KiB)"], p.stdout
+        "release, nobody waiting", "expiry -> Wait", "fdatasync (4 KiB)",
+        "after 20 ms idle"], p.stdout
 
 
 def test_waiters_mem_runs():
