@@ -1410,7 +1410,12 @@ def test_metrics_over_postgres():
         server.pause()
         try:
             expect_code(UNAVAILABLE, c.renew, held)
-            assert metric(d, "leased_storage_failing") == 1
+            # Failing once no connection works: each learns of the pause
+            # by its own call's deadline (--postgres-timeout), and another
+            # connection's job in flight as the server stopped is answered
+            # after the renewal.
+            wait_for("storage_failing 1", lambda: metric(
+                d, "leased_storage_failing") == 1, 5)
         finally:
             server.resume()
         wait_for("storage_failing 0", lambda: metric(
