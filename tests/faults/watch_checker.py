@@ -16,18 +16,31 @@ check() takes the watcher's records, the store's events (revision ->
 workers' op records (checker.py's format), and returns {name: {"count",
 "examples"}} for the three.
 """
+import json
 import sqlite3
 
 NAMES = ["W1 no gap or duplicate", "W2 told only what is durable",
          "W3 every grant told"]
+KINDS = {1: "granted", 2: "released", 3: "expired", 4: "revoked"}
+
+
+def read_watched(path):
+    """The watcher's records (its last line may be cut short by a kill)."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
 
 
 def stored_events(db_path):
     """revision -> (kind, session, owner, token) from a leased.db."""
-    kinds = {1: "granted", 2: "released", 3: "expired", 4: "revoked"}
     db = sqlite3.connect("file:%s?mode=ro" % db_path, uri=True)
     try:
-        return {r: (kinds.get(k, str(k)), s, o, t) for r, k, s, o, t in
+        return {r: (KINDS.get(k, str(k)), s, o, t) for r, k, s, o, t in
                 db.execute("SELECT revision, kind, session_id, owner, token "
                            "FROM events")}
     finally:

@@ -25,8 +25,9 @@ import harness  # noqa: E402  (generates the protobuf modules)
 
 import grpc  # noqa: E402
 
+import watch_checker  # noqa: E402  (the kinds' names it reads)
+
 pb = harness.leases_pb
-KINDS = {1: "granted", 2: "released", 3: "expired", 4: "revoked"}
 RETRY = 0.05  # between a stream's end and the next one (seconds)
 
 
@@ -53,7 +54,7 @@ def main():
                 for e in m.events:
                     out.write(json.dumps({
                         "type": "event", "revision": e.revision,
-                        "kind": KINDS.get(e.kind, str(e.kind)),
+                        "kind": watch_checker.KINDS.get(e.kind, str(e.kind)),
                         "session": e.lease.session_id,
                         "owner": e.lease.owner,
                         "token": e.lease.token}) + "\n")

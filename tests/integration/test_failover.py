@@ -254,26 +254,14 @@ def read_ops(paths):
     return ops
 
 
-def read_watched(path):
-    """The watcher's records (the last line may be cut short)."""
-    out = []
-    with open(path) as f:
-        for line in f:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-    return out
-
-
 def stored_events(server):
     """revision -> (kind, session, owner, token) of the events the
     database holds (watch_checker.py's form)."""
-    kinds = {1: "granted", 2: "released", 3: "expired", 4: "revoked"}
     rows = server.psql(
         "SELECT revision, kind, convert_from(session, 'UTF8'), "
         "convert_from(owner, 'UTF8'), token FROM leased_events")
-    return {int(r): (kinds[int(k)], s, o, int(t)) for r, k, s, o, t in
+    return {int(r): (watch_checker.KINDS[int(k)], s, o, int(t))
+            for r, k, s, o, t in
             (line.split("|") for line in rows.splitlines())}
 
 
@@ -435,7 +423,7 @@ def run_failover(binary, env, label):
         # meanwhile come after: it is caught up once it has the newest).
         newest = max(stored_events(standby), default=0)
         wait_for(lambda: any(w["type"] == "event" and w["revision"] >= newest
-                             for w in read_watched(watched)),
+                             for w in watch_checker.read_watched(watched)),
                  "the watcher told revision %d" % newest, 20)
         watcher.terminate()
         try:
@@ -466,14 +454,15 @@ def run_failover(binary, env, label):
         history.close()
         records, sources = checker.read_files([history.path] + outs)
         report = checker.check(records, sources)
+        told = watch_checker.read_watched(watched)
         report["watch"] = watch_checker.check(
-            read_watched(watched), stored_events(standby), records)
+            told, stored_events(standby), records)
         ops = read_ops(outs)
         windows = failure_window(ops, kill_t, replica_of)
         t_end = time.monotonic()
         return {
             "report": report, "logs": logs, "meta": rows, "ops": ops,
-            "watched": read_watched(watched),
+            "watched": told,
             "windows": windows, "kill_t": kill_t, "promoted_t": promoted_t,
             "ahead": ahead, "addrs": addrs, "replica_of": replica_of,
             "quarantine_after_promote":

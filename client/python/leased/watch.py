@@ -9,6 +9,7 @@ import grpc
 
 from . import errors
 from ._messages import leases_pb
+from .client import _RETRY_PAUSE
 
 GRANTED = "granted"    # a new holder, with a new token
 RELEASED = "released"  # its holder let go
@@ -16,7 +17,6 @@ EXPIRED = "expired"    # it ran out without a renewal
 REVOKED = "revoked"    # an operator ended it
 _KINDS = {1: GRANTED, 2: RELEASED, 3: EXPIRED, 4: REVOKED}
 _PATH = "/leased.v1.Leases/Watch"
-_RETRY_PAUSE = 0.1  # the least a round of retries takes
 
 
 @dataclass(frozen=True)
