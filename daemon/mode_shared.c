@@ -41,9 +41,11 @@
  * When a connection is lost (a broken socket, a missed deadline), the
  * batches in flight on it get UNAVAILABLE (their commits may or may not
  * have happened: the client retries, which the rules make safe), and the
- * slot reconnects, at once and then with a backoff up to a second. While
- * no slot is connected, health says NOT_SERVING and every call is
- * answered UNAVAILABLE at once instead of waiting. A reconnection that
+ * slot reconnects, at once and then with a backoff up to a second, and
+ * so do the idle ones; those a job has are doubted until it is back.
+ * While no slot is connected (and undoubted), health says NOT_SERVING,
+ * before the lost batches are answered, and every call is answered
+ * UNAVAILABLE at once instead of waiting. A reconnection that
  * finds a different primary (failover, or the database restarted) is
  * logged and counted once per replica; the database itself holds the
  * quarantine every replica honours.
@@ -145,6 +147,9 @@ struct slot {
     bool writing;    /* the poll waits for writable too */
 
     struct sm sm; /* enum slot_state */
+    /* Another connection was lost while a job had this one: most likely
+     * lost too, so not counted as serving until the job is back. */
+    bool doubted;
     /* The job on the worker, and what it left. */
     uv_work_t work;
     struct request *admin; /* SLOT_ADMIN */
@@ -247,7 +252,7 @@ static void update_serving(struct replica *r)
 {
     bool any = false;
     for (size_t i = 0; i < r->nslots; i++)
-        any = any || connected(&r->slots[i]);
+        any = any || (connected(&r->slots[i]) && !r->slots[i].doubted);
     mode_set_failing(&r->base, !any);
 }
 
@@ -310,7 +315,8 @@ static void disconnect(struct slot *sl)
 /* A job or a batch failed, sl->errmsg says why: count it, log it (at
  * most a line a second). After a lost connection (sl->err STORE_EDOWN),
  * the idle ones reconnect too, whose connections are most likely lost
- * as well (the server died) but would not say so before their next use. */
+ * as well (the server died) but would not say so before their next use,
+ * and those a job has are doubted until it is back. */
 static void failed(struct slot *sl, const char *what)
 {
     struct replica *r = sl->r;
@@ -327,6 +333,8 @@ static void failed(struct slot *sl, const char *what)
         struct slot *o = &r->slots[i];
         if (o == sl || (ready(o) && o->nbatches == 0))
             disconnect(o);
+        else if (working(o))
+            o->doubted = true;
     }
     update_serving(r);
 }
@@ -354,14 +362,23 @@ static struct batch *pop_batch(struct slot *sl)
 static void answer(struct slot *sl, struct batch *b, bool ok);
 
 /* sl's connection broke while the loop drove it (why: NULL for the
- * store's reason): every batch in flight on it is lost, and then the
- * connection is closed. */
+ * store's reason): it is closed, with the others it most likely shares
+ * the fate of, and then every batch in flight on it is answered, lost:
+ * in that order, so that a caller told UNAVAILABLE already finds health
+ * NOT_SERVING when no connection is left. */
 static void lost(struct slot *sl, const char *why)
 {
     assert(ready(sl)); /* so failed() closes it */
-    while (sl->nbatches > 0)
-        answer(sl, pop_batch(sl), false);
+    struct batch gone[PIPELINE]; /* off the slot: a closed one has none */
+    size_t n = 0;
+    while (sl->nbatches > 0) {
+        struct batch *b = pop_batch(sl);
+        gone[n++] = *b;
+        b->list = NULL;
+    }
     loop_failed(sl, STORE_EDOWN, why, "batch");
+    for (size_t i = 0; i < n; i++)
+        answer(sl, &gone[i], false);
 }
 
 /* --- Batches, on the loop ---------------------------------------------- */
@@ -1107,6 +1124,8 @@ static void job_done(uv_work_t *w, int status)
         sl->err = STORE_EFAIL;
         snprintf(sl->errmsg, sizeof(sl->errmsg), "the job was cancelled");
     }
+    bool doubted = sl->doubted;
+    sl->doubted = false;
     /* The connection is the loop's again (a lost one is then closed). */
     switch ((enum slot_state)sm_state(&sl->sm)) {
     case SLOT_ADMIN:
@@ -1131,6 +1150,8 @@ static void job_done(uv_work_t *w, int status)
     if (ready(sl) && watch(sl, false) != 0)
         loop_failed(sl, STORE_EDOWN,
                     "cannot watch the connection's socket", "watch");
+    if (doubted)
+        update_serving(r); /* counted again, if its job went well */
     /* What the listening connection heard during the job. */
     if (sl == &r->listener && ready(sl))
         listener_poll(r, 0);

@@ -37,6 +37,7 @@ struct harness {
     struct request *submitted[MAX_REPLIES];
     size_t nsubmitted;
     struct request *replied[MAX_REPLIES]; /* in the order of the replies */
+    size_t storage_seen[MAX_REPLIES];     /* nstorage as each came */
     size_t nreplied;
     bool storage[16]; /* what the storage hook said, in order */
     size_t nstorage;
@@ -55,6 +56,15 @@ static bool answered(const struct request *r)
         if (h->replied[i] == r)
             return true;
     return false;
+}
+
+/* How many times the storage hook had spoken when r was answered. */
+static size_t storage_seen(const struct request *r)
+{
+    for (size_t i = 0; i < h->nreplied; i++)
+        if (h->replied[i] == r)
+            return h->storage_seen[i];
+    return SIZE_MAX;
 }
 
 static enum rules_op rules_op_of(enum request_op op)
@@ -79,8 +89,10 @@ static void on_reply(void *arg, struct request *r)
     struct harness *hh = arg;
     CHECK(!answered(r));
     CHECK(hh->nclosed == 0);
-    if (hh->nreplied < MAX_REPLIES)
+    if (hh->nreplied < MAX_REPLIES) {
+        hh->storage_seen[hh->nreplied] = hh->nstorage;
         hh->replied[hh->nreplied++] = r;
+    }
     if (!request_is_admin(r->op) && r->status != REPLY_UNAVAILABLE) {
         /* Never before the transaction that decided it committed. */
         CHECK(r->status == REPLY_OK || r->status == REPLY_HELD);
@@ -397,7 +409,8 @@ TEST(a_full_socket_sends_once_writable)
 
 /* The connection breaks with two batches in flight: both are answered
  * UNAVAILABLE (the fake never committed them); the idle connection is
- * closed too, and with none up health turns NOT_SERVING; calls that
+ * closed too, and with none up health turns NOT_SERVING, before those
+ * answers (a caller told UNAVAILABLE reads NOT_SERVING); calls that
  * arrive meanwhile are answered at once, UNAVAILABLE, but Stats, which
  * says storage is failing; the mode keeps reconnecting, and once the
  * database is back serves again. */
@@ -419,6 +432,8 @@ TEST(lost_connection_refuses_and_reconnects)
     CHECK_EQ_U64(fake_pg_commits(h->fake), 0);
     CHECK_EQ_U64(h->nstorage, 1);
     CHECK(!h->storage[0]);
+    CHECK_EQ_U64(storage_seen(&a1), 1);
+    CHECK_EQ_U64(storage_seen(&a2), 1);
     CHECK(!fake_pg_connected(h->fake, 1)); /* most likely lost too */
     acquire(&c, "s3", "carol");
     admin_req(&st, OP_STATS, "", 0);
@@ -442,6 +457,37 @@ TEST(lost_connection_refuses_and_reconnects)
     RUN_UNTIL(answered(&d));
     CHECK_EQ_I64(d.status, REPLY_OK);
     CHECK_EQ_U64(d.grant_token, 1); /* alice's was never committed */
+    end_case();
+}
+
+/* A connection breaks with a batch in flight while the other's is with a
+ * job (a Get): that one is most likely lost too, so health turns
+ * NOT_SERVING before the batch is answered; once the job is back, having
+ * worked, the connection counts again and health SERVING. */
+TEST(a_connection_in_a_job_is_doubted_after_another_is_lost)
+{
+    begin_case(2);
+    fake_pg_hold_batches(h->fake, true);
+    fake_pg_hold(h->fake, FAKE_PG_GET);
+    struct request a, g;
+    acquire(&a, "s1", "alice");
+    SUBMIT(&a);
+    admin_req(&g, OP_GET, "s1", 0);
+    SUBMIT(&g);
+    RUN_UNTIL(fake_pg_waiting_calls(h->fake, FAKE_PG_GET) == 1);
+    CHECK_EQ_U64(fake_pg_waiting(h->fake, 0), 1);
+    fake_pg_fail(h->fake, FAKE_PG_CONNECT, STORE_EDOWN, 0);
+    fake_pg_break(h->fake, 0);
+    RUN_UNTIL(answered(&a));
+    CHECK_EQ_I64(a.status, REPLY_UNAVAILABLE);
+    CHECK(h->nstorage == 1 && !h->storage[0]);
+    CHECK_EQ_U64(storage_seen(&a), 1);
+    CHECK(!answered(&g));
+    fake_pg_release(h->fake, FAKE_PG_GET);
+    RUN_UNTIL(answered(&g));
+    CHECK_EQ_I64(g.status, REPLY_NOT_FOUND); /* the job worked */
+    RUN_UNTIL(h->nstorage == 2);
+    CHECK(h->storage[1]);
     end_case();
 }
 
@@ -633,6 +679,7 @@ CHECK_MAIN(takeover_answered_only_after_its_batch_committed,
            expiry_is_decided_on_the_database_clock,
            a_full_socket_sends_once_writable,
            lost_connection_refuses_and_reconnects,
+           a_connection_in_a_job_is_doubted_after_another_is_lost,
            failed_batch_answers_only_its_calls,
            failed_admin_call_is_unavailable,
            admin_calls_take_turns_with_a_stream_of_batches,
