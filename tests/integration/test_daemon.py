@@ -407,7 +407,17 @@ def test_kill9_mid_load_keeps_acknowledged_state():
         workers = [LoadWorker(d, i, 6, stop) for i in range(8)]
         for w in workers:
             w.start()
-        time.sleep(random.uniform(0.4, 1.2))
+
+        def done(what):
+            return sum(len(getattr(w, what)) for w in workers)
+        # Enough history to check (by counts, not by a time a loaded
+        # machine may not be fast enough for), then a random moment more.
+        deadline = time.monotonic() + 60
+        while done("takeovers") < 20 or done("releases") < 5:
+            assert time.monotonic() < deadline, (done("takeovers"),
+                                                 done("releases"))
+            time.sleep(0.02)
+        time.sleep(random.uniform(0, 0.8))
         assert all(w.is_alive() for w in workers), "load ended before kill"
         d.kill9()
         crash_ns = now_ns()
@@ -545,7 +555,7 @@ def test_kill9_after_renewals_keeps_the_lease_until_restart_plus_ttl():
                 refused += 1
             time.sleep(0.05)
         assert now_ns() > promised, "the quarantine outlasts every promise"
-        assert refused >= 10, refused
+        assert refused >= 4, refused  # two rounds, at least
         time.sleep(max(0.0, after + ttl_s + 0.3 - time.monotonic()))
         got = c.acquire("dropped", "intruder")
         assert got.token == dropped.token + 1, (got.token, dropped.token)
