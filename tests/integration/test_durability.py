@@ -27,6 +27,35 @@ NO_LEAK_CHECK = {"ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
                                  ":detect_leaks=0"}
 OK = harness.grpc.StatusCode.OK
 HELD = harness.grpc.StatusCode.FAILED_PRECONDITION
+METRICS = ["--metrics-listen", "127.0.0.1:0"]
+
+
+def until(what, ok, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not ok():
+        assert time.monotonic() < deadline, "%s: not after %ss" % (what,
+                                                                  timeout)
+        time.sleep(0.01)
+
+
+def traced(pid, tracer):
+    """Whether every thread of process pid is traced by process tracer."""
+    task = "/proc/%d/task" % pid
+    for tid in os.listdir(task):
+        try:
+            with open(os.path.join(task, tid, "status")) as f:
+                status = f.read()
+        except FileNotFoundError:
+            continue  # the thread ended
+        if "\nTracerPid:\t%d\n" % tracer not in status:
+            return False
+    return True
+
+
+def queued(d, n):
+    """Waits until n calls are in the daemon, unanswered."""
+    until("%d calls queued" % n,
+          lambda: d.metrics()[("leased_queue_depth", ())] == n)
 EX_IOERR = 74
 
 
@@ -42,8 +71,7 @@ def count_syncs(work):
             tracer = subprocess.Popen(
                 ["strace", "-f", "-qq", "-e", "trace=fsync,fdatasync",
                  "-o", out, "-p", str(d.proc.pid)])
-            d.wait_file(out)
-            time.sleep(0.3)  # strace attaches to every thread
+            until("strace attached", lambda: traced(d.proc.pid, tracer.pid))
             work(c)
         tracer.wait(timeout=15)  # ends with the daemon
         with open(out) as f:
@@ -111,7 +139,7 @@ def test_renewals_are_kept_in_memory_only():
 
 
 def test_calls_arriving_during_a_commit_share_the_next():
-    with harness.Leased(args=["--log-level", "debug"]) as d:
+    with harness.Leased(args=["--log-level", "debug"] + METRICS) as d:
         c = d.client()
         c.acquire("warm-up", "A")
         con = sqlite3.connect(d.db_path, isolation_level=None, timeout=5)
@@ -125,7 +153,7 @@ def test_calls_arriving_during_a_commit_share_the_next():
                    for i in range(20)]
         for t in threads:
             t.start()
-        time.sleep(0.5)  # all 20 are in: one committing, the rest waiting
+        queued(d, 20)  # all in: one committing, the rest waiting
         con.execute("ROLLBACK")
         con.close()
         for t in threads:
@@ -144,16 +172,17 @@ def test_a_renewal_does_not_overtake_its_holders_waiting_release():
     outside) ends the lease before a renewal that arrives after it is
     decided: the renewal is refused, never an OK for a lease the release
     then ends (a holder that gave up waiting for its release may renew)."""
-    with harness.Leased(ttl="5s") as d:  # live throughout, however slow
+    # live throughout, however slow
+    with harness.Leased(ttl="5s", args=METRICS) as d:
         c = d.client()
         lease = c.acquire("s", "A")
         with harness.WriteLock(d.db_path):
             other = Timed(c.acquire, "t", "B")  # its commit waits
-            time.sleep(0.3)
+            queued(d, 1)
             release = Timed(c.release, lease)  # waits for the next batch
-            time.sleep(0.3)
+            queued(d, 2)
             renewal = Timed(c.renew, lease)
-            time.sleep(0.3)
+            queued(d, 3)
             early = [t.code for t in (other, release, renewal)
                      if not t.is_alive()]
         for t in (other, release, renewal):
@@ -180,8 +209,8 @@ class FaultySyncs:
             ["strace", "-f", "-qq", "-e", "trace=fsync,fdatasync",
              "-e", "inject=fsync,fdatasync:" + self.inject,
              "-o", self.out, "-p", str(self.d.proc.pid)])
-        self.d.wait_file(self.out)
-        time.sleep(0.3)  # strace attaches to every thread
+        until("strace attached",
+              lambda: traced(self.d.proc.pid, self.tracer.pid))
         return self
 
     def __exit__(self, *exc):
@@ -378,12 +407,17 @@ def test_shorter_ttl_after_restart_keeps_the_old_quarantine():
         time.sleep(max(0.0, 3.3 - (time.monotonic() - started)))
         b = c.acquire("s", "B")
         assert b.token == a.token + 1, (a.token, b.token)
-        time.sleep(1.2)  # the next garbage-collection tick lowers it
-        con = sqlite3.connect(d.db_path)
-        ttl = con.execute("SELECT value FROM meta "
-                          "WHERE key = 'quarantine_ttl_ns'").fetchone()[0]
-        con.close()
-        assert ttl == 500_000_000, ttl
+
+        def stored_ttl():
+            con = sqlite3.connect(d.db_path)
+            try:
+                return con.execute(
+                    "SELECT value FROM meta "
+                    "WHERE key = 'quarantine_ttl_ns'").fetchone()[0]
+            finally:
+                con.close()
+        # A garbage-collection tick (every second) lowers it.
+        until("the stored TTL lowered", lambda: stored_ttl() == 500_000_000)
 
 
 harness.main(globals())
