@@ -593,10 +593,12 @@ def test_failover_under_load_keeps_every_promise():
     assert after_kill > lasts - 0.1, after_kill
     q = r["quarantine_after_promote"]
     assert q < lasts + 3, q
-    # Served again on both replicas, well within the run.
+    # Served again on both replicas, within the run (under a second on
+    # an idle machine, 2.5 s seen in CI with the suite beside it, and this
+    # runs under the sanitizers too).
     for name, w in r["windows"].items():
         assert w is not None and w["first_ok"] is not None, (name, w)
-        assert w["seconds"] < 5, (name, w)
+        assert w["seconds"] < MAIN.after, (name, w)
     tk = sticky_takeovers_after(r)
     early = [t for t in tk if t[0] < q - 0.5]
     print("failover: sticky takeovers after the kill: %s" % (
