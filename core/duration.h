@@ -1,6 +1,8 @@
 /*
- * Durations as leased's flags and leasectl take them: digits and a unit
- * (ms, s, m, h), repeated ("1m30s"), up to 1000 hours.
+ * Durations as leased's flags and leasectl take them: digits, maybe a
+ * decimal point and up to 9 digits more, and a unit (ms, s, m, h),
+ * repeated ("1m30s", "1.5s"), up to 1000 hours; below a nanosecond is
+ * dropped.
  */
 #ifndef LEASED_DURATION_H
 #define LEASED_DURATION_H

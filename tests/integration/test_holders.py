@@ -325,6 +325,10 @@ def test_hold_refuses_a_ttl_or_grace_the_lease_cannot_honour():
         assert "--grace 2s is more than the lease allows: at most 1.5s" in \
             p.stderr.read()
         expect_not_found(d, "o2")
+        # The most it says is taken as it says it.
+        p = leasectl(d.addr, "hold", "o2-most", "--grace", "1.5s", "--",
+                     "true")
+        assert p.wait(timeout=20) == 0, p.stderr.read()
         env = os.path.join(tmp, "env")
         before = time.time()
         p = leasectl(d.addr, "hold", "o3", "--ttl", "2s", "--", "sh", "-c",

@@ -21,8 +21,20 @@ TEST(durations)
     CHECK(duration_parse("1h", &ns) == 0 && ns == 3600000 * MS);
     CHECK(duration_parse("1m30s", &ns) == 0 && ns == 90000 * MS);
     CHECK(duration_parse("1000h", &ns) == 0 && ns == 3600000000 * MS);
-    const char *bad[] = {"", "5", "s", "1x", "-1s", "1.5s", "1s ", "ms",
-                         "1001h", "22222222h", "100000000h", "999h3601s"};
+    /* Decimals, as Go's durations (and etcd's, Consul's flags) take. */
+    CHECK(duration_parse("1.5s", &ns) == 0 && ns == 1500 * MS);
+    CHECK(duration_parse("0.25s", &ns) == 0 && ns == 250 * MS);
+    CHECK(duration_parse("1.5m", &ns) == 0 && ns == 90000 * MS);
+    CHECK(duration_parse("0.5ms", &ns) == 0 && ns == 500000);
+    CHECK(duration_parse("999.999999999h", &ns) == 0 &&
+          ns == INT64_C(999) * 3600000 * MS + INT64_C(999999999) * 3600);
+    CHECK(duration_parse("2.000000001s", &ns) == 0 && ns == 2000000001);
+    CHECK(duration_parse("1m0.5s", &ns) == 0 && ns == 60500 * MS);
+    const char *bad[] = {"", "5", "s", "1x", "-1s", "1s ", "ms",
+                         "1001h", "22222222h", "100000000h", "999h3601s",
+                         "1.s", ".5s", "1.5", "1..5s", "1.5.5s",
+                         "1.1234567891s", "1000.5h", "999.9999999999h",
+                         "1.-5s", "1. 5s"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         CHECK(duration_parse(bad[i], &ns) != 0);
 }
