@@ -28,6 +28,7 @@ NO_LEAK_CHECK = {"ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
 OK = harness.grpc.StatusCode.OK
 HELD = harness.grpc.StatusCode.FAILED_PRECONDITION
 METRICS = ["--metrics-listen", "127.0.0.1:0"]
+EX_IOERR = 74
 
 
 def until(what, ok, timeout=20):
@@ -56,7 +57,6 @@ def queued(d, n):
     """Waits until n calls are in the daemon, unanswered."""
     until("%d calls queued" % n,
           lambda: d.metrics()[("leased_queue_depth", ())] == n)
-EX_IOERR = 74
 
 
 def count_syncs(work):
