@@ -460,6 +460,20 @@ TEST(lost_connection_refuses_and_reconnects)
     end_case();
 }
 
+/* On two connections: an Acquire a in a batch held on the first, and a
+ * Get g in a job held on the second. */
+static void batch_and_job_in_flight(struct request *a, struct request *g)
+{
+    fake_pg_hold_batches(h->fake, true);
+    fake_pg_hold(h->fake, FAKE_PG_GET);
+    acquire(a, "s1", "alice");
+    SUBMIT(a);
+    admin_req(g, OP_GET, "s1", 0);
+    SUBMIT(g);
+    RUN_UNTIL(fake_pg_waiting_calls(h->fake, FAKE_PG_GET) == 1);
+    CHECK_EQ_U64(fake_pg_waiting(h->fake, 0), 1);
+}
+
 /* A connection breaks with a batch in flight while the other's is with a
  * job (a Get): that one is most likely lost too, so health turns
  * NOT_SERVING before the batch is answered; once the job is back, having
@@ -467,15 +481,8 @@ TEST(lost_connection_refuses_and_reconnects)
 TEST(a_connection_in_a_job_is_doubted_after_another_is_lost)
 {
     begin_case(2);
-    fake_pg_hold_batches(h->fake, true);
-    fake_pg_hold(h->fake, FAKE_PG_GET);
     struct request a, g;
-    acquire(&a, "s1", "alice");
-    SUBMIT(&a);
-    admin_req(&g, OP_GET, "s1", 0);
-    SUBMIT(&g);
-    RUN_UNTIL(fake_pg_waiting_calls(h->fake, FAKE_PG_GET) == 1);
-    CHECK_EQ_U64(fake_pg_waiting(h->fake, 0), 1);
+    batch_and_job_in_flight(&a, &g);
     fake_pg_fail(h->fake, FAKE_PG_CONNECT, STORE_EDOWN, 0);
     fake_pg_break(h->fake, 0);
     RUN_UNTIL(answered(&a));
@@ -650,15 +657,8 @@ TEST(wanted_follows_the_pipelines)
 TEST(close_waits_for_batches_and_jobs_in_flight)
 {
     begin_case(2);
-    fake_pg_hold_batches(h->fake, true);
-    fake_pg_hold(h->fake, FAKE_PG_GET);
     struct request a, g;
-    acquire(&a, "s1", "alice");
-    SUBMIT(&a);
-    admin_req(&g, OP_GET, "s1", 0);
-    SUBMIT(&g);
-    RUN_UNTIL(fake_pg_waiting_calls(h->fake, FAKE_PG_GET) == 1);
-    CHECK_EQ_U64(fake_pg_waiting(h->fake, 0), 1);
+    batch_and_job_in_flight(&a, &g);
     h->closing = true;
     mode_close(h->srv, on_closed, h);
     CHECK_EQ_U64(fake_pg_answer(h->fake, 0, 1), 1);
