@@ -42,7 +42,8 @@
  * batches in flight on it get UNAVAILABLE (their commits may or may not
  * have happened: the client retries, which the rules make safe), and the
  * slot reconnects, at once and then with a backoff up to a second, and
- * so do the idle ones; those a job has are doubted until it is back.
+ * so do the idle ones; those a job or batches have are doubted until the
+ * job or a batch is back.
  * While no slot is connected (and undoubted), health says NOT_SERVING,
  * before the lost batches are answered, and every call is answered
  * UNAVAILABLE at once instead of waiting. A reconnection that
@@ -147,8 +148,9 @@ struct slot {
     bool writing;    /* the poll waits for writable too */
 
     struct sm sm; /* enum slot_state */
-    /* Another connection was lost while a job had this one: most likely
-     * lost too, so not counted as serving until the job is back. */
+    /* Another connection was lost while a job or batches had this one:
+     * most likely lost too, so not counted as serving until the job or a
+     * batch is back. */
     bool doubted;
     /* The job on the worker, and what it left. */
     uv_work_t work;
@@ -308,6 +310,7 @@ static void disconnect(struct slot *sl)
     unwatch(sl);
     pgstore_disconnect(sl->db);
     sm_move(&sl->sm, SLOT_DOWN);
+    sl->doubted = false; /* down, which says more */
     sl->next_connect_ms = nanotime_mono_ms();
     sl->backoff_ms = BACKOFF_MIN_MS;
 }
@@ -316,7 +319,7 @@ static void disconnect(struct slot *sl)
  * most a line a second). After a lost connection (sl->err STORE_EDOWN),
  * the idle ones reconnect too, whose connections are most likely lost
  * as well (the server died) but would not say so before their next use,
- * and those a job has are doubted until it is back. */
+ * and those a job or batches have are doubted until one is back. */
 static void failed(struct slot *sl, const char *what)
 {
     struct replica *r = sl->r;
@@ -333,7 +336,7 @@ static void failed(struct slot *sl, const char *what)
         struct slot *o = &r->slots[i];
         if (o == sl || (ready(o) && o->nbatches == 0))
             disconnect(o);
-        else if (working(o))
+        else if (connected(o))
             o->doubted = true;
     }
     update_serving(r);
@@ -749,6 +752,10 @@ static void batch_done(struct slot *sl, int err, int64_t db_now_ns)
 {
     struct batch *b = pop_batch(sl);
     b->db_now_ns = db_now_ns;
+    if (sl->doubted) { /* it answered: counted again */
+        sl->doubted = false;
+        update_serving(sl->r);
+    }
     if (err == STORE_OK) {
         int64_t done_ns = clock_mono_ns();
         metrics_observe(&metrics.pg_round_trip_seconds,

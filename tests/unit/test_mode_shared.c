@@ -498,6 +498,39 @@ TEST(a_connection_in_a_job_is_doubted_after_another_is_lost)
     end_case();
 }
 
+/* The same with batches: the first connection breaks with two batches in
+ * flight while the second has one; health turns NOT_SERVING before the
+ * first two are answered, and SERVING again once the second connection
+ * answers its batch. */
+TEST(a_connection_with_batches_is_doubted_after_another_is_lost)
+{
+    begin_case(2);
+    CHECK(distinct_slots((const char *[]){"s1", "s2", "s3"}, 3));
+    fake_pg_hold_batches(h->fake, true);
+    struct request a, x, c;
+    acquire(&a, "s1", "alice");
+    SUBMIT(&a);
+    acquire(&x, "s3", "xavier");
+    SUBMIT(&x);
+    CHECK_EQ_U64(fake_pg_waiting(h->fake, 0), 2); /* pipeline full */
+    acquire(&c, "s2", "carol");
+    SUBMIT(&c);
+    CHECK_EQ_U64(fake_pg_waiting(h->fake, 1), 1);
+    fake_pg_fail(h->fake, FAKE_PG_CONNECT, STORE_EDOWN, 0);
+    fake_pg_break(h->fake, 0);
+    RUN_UNTIL(answered(&a) && answered(&x));
+    CHECK_EQ_I64(a.status, REPLY_UNAVAILABLE);
+    CHECK_EQ_I64(x.status, REPLY_UNAVAILABLE);
+    CHECK(h->nstorage == 1 && !h->storage[0]);
+    CHECK_EQ_U64(storage_seen(&a), 1);
+    CHECK(!answered(&c));
+    CHECK_EQ_U64(fake_pg_answer(h->fake, 1, 1), 1);
+    RUN_UNTIL(answered(&c));
+    CHECK_EQ_I64(c.status, REPLY_OK);
+    CHECK(h->nstorage == 2 && h->storage[1]);
+    end_case();
+}
+
 /* A batch that fails (nothing applied, the connection good) answers its
  * own calls UNAVAILABLE; the batch behind it in the pipeline is decided
  * as usual, health never changes, and a retry then succeeds. */
@@ -680,6 +713,7 @@ CHECK_MAIN(takeover_answered_only_after_its_batch_committed,
            a_full_socket_sends_once_writable,
            lost_connection_refuses_and_reconnects,
            a_connection_in_a_job_is_doubted_after_another_is_lost,
+           a_connection_with_batches_is_doubted_after_another_is_lost,
            failed_batch_answers_only_its_calls,
            failed_admin_call_is_unavailable,
            admin_calls_take_turns_with_a_stream_of_batches,
